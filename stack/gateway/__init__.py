@@ -1,0 +1,1 @@
+"""The resilient gateway in front of the engines (see ``app``)."""

