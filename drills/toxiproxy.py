@@ -2,6 +2,14 @@
 
 Used by the stack (to create a proxy in front of every upstream) and by the Toxiproxy injector
 (to add and remove toxics). Every failed call raises ``ToxiproxyError`` naming the call.
+
+Removing a toxic can hang in Toxiproxy itself (seen with 2.12.0; upstream issues #412 and #558):
+when a client abandons a connection while a ``latency`` toxic holds a chunk of it, the toxic
+blocks forever writing to a link nobody reads, and removing it waits on that toxic. A gateway
+that times out slow calls does exactly this. So removal is bounded in time, and when it does not
+finish the proxy is deleted and created again from a snapshot taken before the fault (deleting a
+proxy does not wait on its toxics). That resets the proxy's open connections, and the caller is
+told so (``"recreated"``) to record it as evidence.
 """
 
 from __future__ import annotations
@@ -138,16 +146,80 @@ class ToxiproxyClient:
     def toxics(self, proxy: str) -> list[Toxic]:
         return [Toxic.from_json(t) for t in self._call("GET", f"/proxies/{proxy}/toxics") or ()]
 
-    def remove_toxic(self, proxy: str, name: str) -> bool:
-        """Remove a toxic; ``False`` if it was already gone (removing twice is harmless)."""
+    def create(self, proxy: Proxy) -> Proxy:
+        """Create ``proxy`` with its enabled state and toxics."""
+        created = Proxy.from_json(
+            self._call(
+                "POST",
+                "/proxies",
+                json={"name": proxy.name, "listen": proxy.listen, "upstream": proxy.upstream,
+                      "enabled": proxy.enabled},
+            )
+        )
+        for toxic in proxy.toxics:
+            self.add_toxic(proxy.name, toxic)
+        return created
+
+    def delete(self, name: str) -> bool:
+        """Delete a proxy; ``False`` if it did not exist."""
         try:
-            self._call("DELETE", f"/proxies/{proxy}/toxics/{name}")
+            self._call("DELETE", f"/proxies/{name}")
         except ToxiproxyError as exc:
             if "HTTP 404" in str(exc):
                 return False
             raise
         return True
 
-    def reset(self) -> None:
-        """Enable every proxy and remove every toxic."""
-        self._call("POST", "/reset")
+    def recreate(self, snapshot: Proxy) -> None:
+        """Delete the proxy and create it again exactly as ``snapshot`` describes it."""
+        self.delete(snapshot.name)
+        self.create(snapshot)
+
+    def remove_toxic(
+        self, proxy: str, name: str, *, snapshot: Proxy | None = None, timeout: float = 2.0
+    ) -> Literal["removed", "absent", "recreated"]:
+        """Remove a toxic; removing one that is already gone is harmless (``"absent"``).
+
+        If Toxiproxy does not finish the removal within ``timeout`` and ``snapshot`` (the proxy
+        as it should be afterwards) is given, the proxy is recreated from it (module docstring).
+        """
+        try:
+            self._call_bounded("DELETE", f"/proxies/{proxy}/toxics/{name}", timeout)
+        except ToxiproxyError as exc:
+            if "HTTP 404" in str(exc):
+                return "absent"
+            if snapshot is None or not _is_stuck(exc):
+                raise
+            self.recreate(snapshot)
+            return "recreated"
+        return "removed"
+
+    def reset(self, snapshots: list[Proxy] | None = None, *, timeout: float = 2.0) -> list[str]:
+        """Enable every proxy and remove every toxic; return the names of proxies that had to
+        be recreated from ``snapshots`` because Toxiproxy's own reset hung."""
+        try:
+            self._call_bounded("POST", "/reset", timeout)
+        except ToxiproxyError as exc:
+            if not snapshots or not _is_stuck(exc):
+                raise
+            for snapshot in snapshots:
+                self.recreate(snapshot)
+            return [s.name for s in snapshots]
+        return []
+
+    def _call_bounded(self, method: str, path: str, timeout: float) -> Any:
+        what = f"Toxiproxy {method} {self.base_url}{path}"
+        try:
+            response = self._http.request(method, path, timeout=timeout)
+        except httpx.TimeoutException as exc:
+            raise ToxiproxyError(f"{what}: no answer within {timeout:g}s (stuck)") from exc
+        except httpx.HTTPError as exc:
+            raise ToxiproxyError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise ToxiproxyError(f"{what}: HTTP {response.status_code}: {response.text.strip()}")
+        return None
+
+
+def _is_stuck(exc: ToxiproxyError) -> bool:
+    # Toxiproxy answers 503 "Timeout" when its own handler gives up after 25s.
+    return "(stuck)" in str(exc) or "HTTP 503" in str(exc)

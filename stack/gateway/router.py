@@ -124,8 +124,7 @@ class Router:
             tried: set[str] = set()
             pool_attempts = 0
             while time.monotonic() < deadline:
-                client = self._pick(pool, tried)
-                if client is None:
+                if not any(self.breakers[c.upstream.name].available() for c in pool):
                     break
                 if pool_attempts > 0:
                     limit = retries_policy.max_attempts
@@ -142,10 +141,9 @@ class Router:
                         await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
                     if time.monotonic() >= deadline:
                         break
-                    # The wait may have changed which upstream is best.
-                    client = self._pick(pool, tried)
-                    if client is None:
-                        break
+                client = self._pick(pool, tried)
+                if client is None:
+                    break
                 name = client.upstream.name
                 breaker = self.breakers[name]
                 if not breaker.acquire():

@@ -1,0 +1,187 @@
+"""Shared fixtures: one real embedded stack per test session, and real gateways on free ports.
+
+The stack (Toxiproxy, two vLLM replicas, the gateway, under the supervisor) is the shipped
+``sound`` profile with every port moved to a free one and its state in a temporary folder, so
+a developer's own stack on the default ports is left alone. Tests that need a gateway with
+another policy start one in this process (a real uvicorn server on a free port) in front of the
+same Toxiproxy proxies.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from drills.toxiproxy import Proxy, ToxiproxyClient
+from stack import control
+from stack.config import GatewayConfig, StackConfig, load_stack_config
+from stack.gateway.app import Gateway, create_app
+
+PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def relocated_profile(name: str, out: Path) -> Path:
+    """The shipped profile ``name`` with every port replaced by a free one."""
+    data = yaml.safe_load((PROFILES / f"{name}.yaml").read_text())
+    data["toxiproxy"]["api_port"] = free_port()
+    data["gateway"]["port"] = free_port()
+    for replica in data["replicas"]:
+        replica["port"] = free_port()
+        replica["proxy_port"] = free_port()
+    if data.get("backup"):
+        data["backup"]["proxy_port"] = free_port()
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+@dataclass
+class RunningStack:
+    config: StackConfig
+    config_path: Path
+    state_dir: Path
+    toxiproxy: ToxiproxyClient
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.config.host}:{self.config.gateway.port}"
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    """The real stack, up for the whole session; stopped at the end, leaving no process."""
+    root = tmp_path_factory.mktemp("stack")
+    config_path = relocated_profile("sound", root / "sound.yaml")
+    state_dir = root / "state"
+    status = control.up(config_path, state_dir)
+    assert status.healthy, status.as_json()
+    config = load_stack_config(config_path)
+    client = ToxiproxyClient(f"http://{config.host}:{config.toxiproxy.api_port}")
+    try:
+        yield RunningStack(config, config_path, state_dir, client)
+    finally:
+        client.close()
+        pids = _stack_pids(state_dir)
+        control.down(state_dir)
+        leftovers = [pid for pid in pids if _exists(pid)]
+        assert not leftovers, f"processes left behind by `stack down`: {leftovers}"
+
+
+def _stack_pids(state_dir: Path) -> list[int]:
+    from stack.state import read_state
+
+    state = read_state(state_dir)
+    assert state is not None
+    pids = [state.supervisor_pid]
+    for comp in state.components.values():
+        if comp.get("pgid"):
+            pids.extend(control._group_members(int(comp["pgid"])))
+    return pids
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(") ", 1)[1][0] != "Z"
+
+
+def clean_snapshots(config: StackConfig) -> list[Proxy]:
+    """Every proxy of the stack as it is with no fault applied."""
+    host = config.host
+    return [
+        Proxy(u.name, f"{host}:{u.listen_port}", f"{host}:{u.upstream_port}", True)
+        for u in config.upstreams
+    ]
+
+
+@pytest.fixture
+def toxi(stack: RunningStack) -> Iterator[ToxiproxyClient]:
+    """The stack's Toxiproxy, reset (every proxy enabled, no toxic) before and after the test."""
+    snapshots = clean_snapshots(stack.config)
+    stack.toxiproxy.reset(snapshots)
+    yield stack.toxiproxy
+    stack.toxiproxy.reset(snapshots)
+
+
+@dataclass
+class LiveGateway:
+    url: str
+    gateway: Gateway
+    client: httpx.Client
+
+    def chat(self, content: str = "Say hello.", *, max_tokens: int = 4, stream: bool = False,
+             headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                "stream": stream, **extra}
+        return self.client.post("/v1/chat/completions", json=body, headers=headers or {})
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.gateway.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else float(value)
+
+
+class _ThreadedServer(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # the test process keeps its own handlers
+        pass
+
+
+@pytest.fixture
+def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]:
+    """Start a real gateway over the stack's proxies with a modified policy.
+
+    ``gateway_factory(timeouts={...}, retries={...}, breaker=..., backup=True)`` merges the
+    given sections into the sound profile's gateway config.
+    """
+    started: list[tuple[_ThreadedServer, threading.Thread, httpx.Client]] = []
+
+    def start(*, backup: bool = True, **sections: Any) -> LiveGateway:
+        base = stack.config.gateway.model_dump(mode="json")
+        for key, value in sections.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                base[key] = {**base[key], **value}
+            else:
+                base[key] = value
+        port = free_port()
+        base["port"] = port
+        config = stack.config.model_copy(
+            update={"gateway": GatewayConfig.model_validate(base),
+                    "backup": stack.config.backup if backup else None}
+        )
+        app = create_app(config)
+        server = _ThreadedServer(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                                log_level="warning", access_log=False))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "test gateway did not start"
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=url, timeout=60)
+        started.append((server, thread, client))
+        return LiveGateway(url, app.state.gateway, client)
+
+    yield start
+    for server, thread, client in started:
+        client.close()
+        server.should_exit = True
+        thread.join(timeout=10)

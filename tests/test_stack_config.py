@@ -1,0 +1,118 @@
+"""Stack configs: the shipped profiles load; bad ones are refused with file, line, field, value
+and what is allowed; the CLI maps them to exit code 2 and starts nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drills.errors import ConfigError
+from stack.config import load_stack_config
+
+PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
+SOUND = (PROFILES / "sound.yaml").read_text()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "stack.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(path)
+    return info.value.problems
+
+
+def line_of(text: str, needle: str) -> int:
+    """The first line that starts (indentation aside) with ``needle``."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(needle))
+
+
+def test_shipped_profiles_load() -> None:
+    sound = load_stack_config("sound")
+    assert [u.name for u in sound.upstreams] == ["vllm-0", "vllm-1", "backup"]
+    assert sound.gateway.timeouts.first_token == 2.0
+    unsound = load_stack_config("unsound")
+    assert unsound.gateway.retries.max_attempts is None
+    assert unsound.gateway.breaker is None and unsound.gateway.fallback.text is None
+
+
+def test_unknown_field_names_file_line_and_allowed_fields(tmp_path: Path) -> None:
+    text = SOUND.replace("    first_token: 2s", "    first_tokn: 2s")
+    path = write(tmp_path, text)
+    [problem] = problems(path)
+    assert problem.startswith(f"{path}:{line_of(text, 'first_tokn')} gateway.timeouts.first_tokn:")
+    assert "unknown field; allowed: connect, first_token, model_call, queue, request" in problem
+    assert "(got '2s')" in problem
+
+
+def test_duration_without_unit_is_refused(tmp_path: Path) -> None:
+    text = SOUND.replace("    model_call: 10s", "    model_call: 10")
+    path = write(tmp_path, text)
+    [problem] = problems(path)
+    assert f":{line_of(text, 'model_call: 10')} gateway.timeouts.model_call:" in problem
+    assert "a duration needs a unit" in problem and "(got 10)" in problem
+
+
+def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+    text = SOUND.replace("max_queue: 16", "max_queue: -1").replace("reset_timeout: 5s", "reset_timeout: soon")
+    found = problems(write(tmp_path, text))
+    assert len(found) == 2
+    assert any("gateway.admission.max_queue" in p and "-1" in p for p in found)
+    assert any("gateway.breaker.reset_timeout" in p and "'soon'" in p for p in found)
+
+
+def test_clashing_ports_and_unknown_backup_engine(tmp_path: Path) -> None:
+    text = SOUND.replace("proxy_port: 18210", "proxy_port: 18200").replace(
+        "engine: vllm-1  ", "engine: vllm-9  "
+    )
+    path = write(tmp_path, text)
+    found = problems(path)
+    assert any(
+        p.startswith(f"{path}:{line_of(text, 'proxy_port: 18200')} backup.proxy_port:")
+        and "already used by replicas.0.proxy_port" in p for p in found
+    ), found
+    assert any("backup.engine: no replica of that name; expected one of: vllm-0, vllm-1" in p
+               and "'vllm-9'" in p for p in found), found
+
+
+def test_malformed_yaml_and_duplicate_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nreplicas: [\n")
+    [problem] = problems(path)
+    assert problem.startswith(f"{path}:") and "invalid YAML" in problem
+    path = write(tmp_path, SOUND + "name: again\n")
+    [problem] = problems(path)
+    assert "duplicate key 'name'" in problem
+
+
+def test_unknown_profile_lists_the_shipped_ones() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config("nosuch")
+    assert "shipped profiles: sound, unsound" in str(info.value)
+
+
+def test_cli_refuses_bad_config_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:
+    text = SOUND.replace("  max_num_seqs: 4", "  max_num_seqs: many")
+    path = write(tmp_path, text)
+    state_dir = tmp_path / "state"
+    result = subprocess.run(
+        [sys.executable, "-m", "drills.cli", "stack", "up", "--profile", str(path),
+         "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{path}:{line_of(text, 'max_num_seqs')} engine.max_num_seqs:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (state_dir / "state.json").exists()
+
+
+def test_cli_usage_error_is_exit_2() -> None:
+    result = subprocess.run([sys.executable, "-m", "drills.cli", "stack", "sideways"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "invalid choice: 'sideways'" in result.stderr

@@ -1,0 +1,126 @@
+"""The stack as a user drives it: status shows every component and proxy, `up` twice is
+harmless, the supervisor restarts a dead component with backoff and records it, and the
+supervisor-run gateway answers through the proxies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drills.errors import StackError
+from stack import control
+from stack.state import read_events, read_state
+from tests.conftest import RunningStack, relocated_profile
+
+pytestmark = pytest.mark.stack
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "drills.cli", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_status_json_shows_components_health_endpoints_and_proxies(stack: RunningStack) -> None:
+    result = cli("stack", "status", "--json", "--state-dir", str(stack.state_dir))
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["healthy"] and status["stack"] == "sound"
+    comps = {c["name"]: c for c in status["components"]}
+    assert set(comps) == {"toxiproxy", "vllm-0", "vllm-1", "gateway", "backup"}
+    cfg = stack.config
+    for replica in cfg.replicas:
+        comp = comps[replica.name]
+        assert comp["healthy"] and comp["kind"] == "engine"
+        assert comp["endpoint"] == f"http://127.0.0.1:{replica.port}"
+        assert comp["proxy"] == replica.name
+        assert comp["proxy_listen"] == f"127.0.0.1:{replica.proxy_port}"
+    assert comps["backup"]["proxy_listen"] == f"127.0.0.1:{cfg.backup.proxy_port}"  # type: ignore[union-attr]
+    assert comps["gateway"]["endpoint"] == stack.gateway_url
+
+    table = cli("stack", "status", "--state-dir", str(stack.state_dir))
+    assert table.returncode == 0
+    assert "stack 'sound': healthy" in table.stdout
+    assert f"vllm-0 (127.0.0.1:{cfg.replicas[0].proxy_port})" in table.stdout
+
+
+def test_up_again_is_harmless_and_another_config_is_refused(stack: RunningStack, tmp_path: Path) -> None:
+    before = read_state(stack.state_dir)
+    assert before is not None
+    started = time.monotonic()
+    result = cli("stack", "up", "--profile", str(stack.config_path), "--state-dir", str(stack.state_dir))
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    after = read_state(stack.state_dir)
+    assert after is not None and after.supervisor_pid == before.supervisor_pid
+    assert {n: c["pid"] for n, c in after.components.items()} == {
+        n: c["pid"] for n, c in before.components.items()
+    }
+    other = relocated_profile("sound", tmp_path / "other.yaml")
+    with pytest.raises(StackError, match="already running"):
+        control.up(other, stack.state_dir)
+
+
+def test_stack_gateway_answers_through_the_proxies(stack: RunningStack) -> None:
+    response = httpx.post(
+        f"{stack.gateway_url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    assert response.headers["x-drills-route"] == "primary"
+    assert response.headers["x-drills-upstream"] in {"vllm-0", "vllm-1"}
+    assert response.json()["choices"][0]["message"]["content"]
+    metrics = httpx.get(f"{stack.gateway_url}/metrics").text
+    assert 'drills_gateway_breaker_state{upstream="backup"} 0.0' in metrics
+
+
+def _wait_gateway_healthy(stack: RunningStack, restarts: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        current = {c.name: c for c in control.status(stack.state_dir).components}
+        gateway = current["gateway"]
+        # Both the supervisor's record and a live probe must agree.
+        if gateway.status == "healthy" and gateway.healthy and gateway.restarts == restarts:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"gateway not healthy after restart {restarts}")
+
+
+def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(stack: RunningStack) -> None:
+    initial = stack.config.supervisor.initial_delay
+    for restart in (1, 2):
+        state = read_state(stack.state_dir)
+        assert state is not None
+        pid = state.components["gateway"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        _wait_gateway_healthy(stack, restart)
+
+    events = read_events(stack.state_dir, component="gateway")
+    kinds = [e.event for e in events]
+    assert kinds == ["started", "healthy", "exited", "restart_scheduled", "started", "healthy",
+                     "exited", "restart_scheduled", "started", "healthy"]
+    exits = [e for e in events if e.event == "exited"]
+    assert all(e.reason == "killed by signal SIGKILL" for e in exits)
+    delays = [e.delay for e in events if e.event == "restart_scheduled"]
+    assert delays == [initial, initial * 2]  # exponential backoff, like CrashLoopBackOff
+    # The restart really waited its delay before starting again.
+    second_exit = exits[1].time
+    second_start = [e for e in events if e.event == "started"][2].time
+    assert second_start - second_exit >= initial * 2 - 0.1
+
+    response = httpx.post(
+        f"{stack.gateway_url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=30,
+    )
+    assert response.status_code == 200
+    table = cli("stack", "status", "--json", "--state-dir", str(stack.state_dir))
+    gateway = next(c for c in json.loads(table.stdout)["components"] if c["name"] == "gateway")
+    assert gateway["restarts"] == 2 and gateway["last_exit"] == "killed by signal SIGKILL"
