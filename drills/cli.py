@@ -35,7 +35,10 @@ def _parser() -> argparse.ArgumentParser:
 
     stack = commands.add_parser("stack", help="the embedded serving stack")
     stack_cmds = stack.add_subparsers(dest="stack_command", required=True, parser_class=_Parser)
-    state_help = "where the stack keeps its state (default: $DRILLS_STATE_DIR or ~/.local/state/drills/stack)"
+    state_help = (
+        "where the stack keeps its state "
+        "(default: $DRILLS_STATE_DIR or ~/.local/state/drills/stack)"
+    )
 
     up = stack_cmds.add_parser("up", help="bring the stack up and wait until it is healthy")
     up.add_argument("--profile", default="sound", help="profile name (sound, unsound) or YAML path")
@@ -58,15 +61,34 @@ def _print_status(current: object, as_json: bool) -> None:
     if as_json:
         print(json.dumps(current.as_json(), indent=2))
         return
-    state = "healthy" if current.healthy else ("running, NOT healthy" if current.running else "stopped")
+    state = (
+        "healthy" if current.healthy else ("running, NOT healthy" if current.running else "stopped")
+    )
     print(f"stack {current.stack!r}: {state} (state: {current.state_dir})")
-    header = ("COMPONENT", "KIND", "STATUS", "HEALTH", "ENDPOINT", "PROXY (listen)", "RESTARTS", "TOXICS")
+    header = (
+        "COMPONENT",
+        "KIND",
+        "STATUS",
+        "HEALTH",
+        "ENDPOINT",
+        "PROXY (listen)",
+        "RESTARTS",
+        "TOXICS",
+    )
     rows = [header]
     for c in current.components:
         proxy = f"{c.proxy} ({c.proxy_listen})" if c.proxy and c.proxy_listen else (c.proxy or "-")
         rows.append(
-            (c.name, c.kind, c.status, "ok" if c.healthy else "FAIL", c.endpoint, proxy,
-             str(c.restarts), ",".join(c.toxics) or "-")
+            (
+                c.name,
+                c.kind,
+                c.status,
+                "ok" if c.healthy else "FAIL",
+                c.endpoint,
+                proxy,
+                str(c.restarts),
+                ",".join(c.toxics) or "-",
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:

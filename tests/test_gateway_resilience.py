@@ -39,7 +39,9 @@ def test_latency_on_one_replica_moves_traffic_to_the_other(
         response = gw.chat()
         assert response.status_code == 200, response.text
         assert response.headers["x-drills-route"] == "primary"
-        served.append((response.headers["x-drills-upstream"], int(response.headers["x-drills-attempts"])))
+        served.append(
+            (response.headers["x-drills-upstream"], int(response.headers["x-drills-attempts"]))
+        )
 
     # Every answer came from the healthy replica; the slow one was tried until its breaker
     # opened (two first-token timeouts, each retried on vllm-1) and never again.
@@ -92,8 +94,9 @@ def test_slow_replicas_yield_the_backup_model_then_the_fallback_text(
 def test_fallback_is_served_inside_a_request_timeout_shorter_than_the_attempts(
     toxi: ToxiproxyClient, gateway_factory: Factory
 ) -> None:
-    gw = gateway_factory(timeouts={"first_token": "1s", "request": "1500ms"},
-                         fallback_reserve="100ms")
+    gw = gateway_factory(
+        timeouts={"first_token": "1s", "request": "1500ms"}, fallback_reserve="100ms"
+    )
     for name in ("vllm-0", "vllm-1", "backup"):
         toxi.add_toxic(name, slow(4000))
     for _ in range(3):
@@ -136,11 +139,15 @@ def test_cut_proxy_opens_its_breaker_which_closes_after_the_fault_is_removed(
     assert breaker.state == "closed"
     assert "vllm-0=closed" in response.headers["x-drills-breakers"]
     for state in ("half-open", "closed"):
-        assert gw.metric("drills_gateway_breaker_transitions_total", upstream="vllm-0", to=state) == 1
+        assert (
+            gw.metric("drills_gateway_breaker_transitions_total", upstream="vllm-0", to=state) == 1
+        )
     assert gw.metric("drills_gateway_breaker_state", upstream="vllm-0") == 0
 
 
-def test_non_retryable_errors_are_not_retried(toxi: ToxiproxyClient, gateway_factory: Factory) -> None:
+def test_non_retryable_errors_are_not_retried(
+    toxi: ToxiproxyClient, gateway_factory: Factory
+) -> None:
     gw = gateway_factory()
     response = gw.chat(max_tokens=-3)
     assert response.status_code == 400
@@ -152,8 +159,10 @@ def test_non_retryable_errors_are_not_retried(toxi: ToxiproxyClient, gateway_fac
     upstream = "vllm-0" if gw.metric(ATTEMPTS, upstream="vllm-0", outcome="http_400") else "vllm-1"
     assert gw.metric(ATTEMPTS, upstream=upstream, outcome="http_400") == 1
     # A bad request says nothing about the upstream's health.
-    assert all(b.consecutive_failures == 0 and b.state == "closed"
-               for b in gw.gateway.router.breakers.values())
+    assert all(
+        b.consecutive_failures == 0 and b.state == "closed"
+        for b in gw.gateway.router.breakers.values()
+    )
 
     # A body the gateway itself can refuse never reaches an upstream.
     response = gw.client.post("/v1/chat/completions", json={"prompt": "no messages"})
@@ -167,7 +176,8 @@ def test_retry_budget_caps_retries_under_a_sustained_fault(
 ) -> None:
     policy = {"max_attempts": 3, "backoff_base": "1ms", "backoff_max": "5ms"}
     budgeted = gateway_factory(
-        backup=False, breaker=None,
+        backup=False,
+        breaker=None,
         retries={**policy, "budget": {"ratio": 0.1, "min_retries": 2, "window": "60s"}},
     )
     unbudgeted = gateway_factory(backup=False, breaker=None, retries={**policy, "budget": None})
@@ -181,7 +191,9 @@ def test_retry_budget_caps_retries_under_a_sustained_fault(
             assert response.headers["x-drills-route"] == "fallback"
 
     def attempts(gw: LiveGateway) -> float:
-        return sum(gw.metric(ATTEMPTS, upstream=u, outcome="connect_error") for u in ("vllm-0", "vllm-1"))
+        return sum(
+            gw.metric(ATTEMPTS, upstream=u, outcome="connect_error") for u in ("vllm-0", "vllm-1")
+        )
 
     # With the budget: retries never exceed max(min_retries, ratio * requests) in the window.
     allowance = max(2, int(0.1 * requests))
@@ -217,7 +229,9 @@ def _concurrent(gw: LiveGateway, count: int) -> list[httpx.Response]:
     return results
 
 
-def test_full_queue_answers_429_with_retry_after(toxi: ToxiproxyClient, gateway_factory: Factory) -> None:
+def test_full_queue_answers_429_with_retry_after(
+    toxi: ToxiproxyClient, gateway_factory: Factory
+) -> None:
     gw = gateway_factory(admission={"max_concurrency": 1, "max_queue": 1, "retry_after": "3s"})
     for name in ("vllm-0", "vllm-1"):
         toxi.add_toxic(name, slow(1000))  # each admitted request holds its slot for over 1s
@@ -237,9 +251,13 @@ def test_full_queue_answers_429_with_retry_after(toxi: ToxiproxyClient, gateway_
     assert total == 2
 
 
-def test_queue_wait_past_its_timeout_answers_503(toxi: ToxiproxyClient, gateway_factory: Factory) -> None:
-    gw = gateway_factory(timeouts={"queue": "300ms"},
-                         admission={"max_concurrency": 1, "max_queue": 5, "retry_after": "1s"})
+def test_queue_wait_past_its_timeout_answers_503(
+    toxi: ToxiproxyClient, gateway_factory: Factory
+) -> None:
+    gw = gateway_factory(
+        timeouts={"queue": "300ms"},
+        admission={"max_concurrency": 1, "max_queue": 5, "retry_after": "1s"},
+    )
     for name in ("vllm-0", "vllm-1"):
         toxi.add_toxic(name, slow(1000))
     results = _concurrent(gw, 3)
@@ -275,9 +293,13 @@ def test_streaming_passes_tokens_through_as_they_come(
     gw = gateway_factory()
     events: list[str] = []
     with gw.client.stream(
-        "POST", "/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8,
-              "stream": True},
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "Count to five."}],
+            "max_tokens": 8,
+            "stream": True,
+        },
     ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")

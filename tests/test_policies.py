@@ -23,8 +23,13 @@ class Clock:
 def test_breaker_opens_after_consecutive_failures_and_probes_once() -> None:
     clock = Clock()
     changes: list[tuple[str, str]] = []
-    breaker = Breaker("u", failure_threshold=3, reset_timeout=5, clock=clock,
-                      on_change=lambda name, old, new: changes.append((old, new)))
+    breaker = Breaker(
+        "u",
+        failure_threshold=3,
+        reset_timeout=5,
+        clock=clock,
+        on_change=lambda name, old, new: changes.append((old, new)),
+    )
     for _ in range(2):
         assert breaker.acquire()
         breaker.record_failure()
@@ -49,8 +54,13 @@ def test_breaker_opens_after_consecutive_failures_and_probes_once() -> None:
     assert breaker.acquire()
     breaker.record_success()
     assert breaker.state == "closed"
-    assert changes == [("closed", "open"), ("open", "half-open"), ("half-open", "open"),
-                       ("open", "half-open"), ("half-open", "closed")]
+    assert changes == [
+        ("closed", "open"),
+        ("open", "half-open"),
+        ("half-open", "open"),
+        ("open", "half-open"),
+        ("half-open", "closed"),
+    ]
 
 
 def test_released_probe_lets_the_next_call_probe() -> None:
@@ -133,7 +143,12 @@ def test_traceparent_is_continued_or_started() -> None:
     assert ctx.parent_id == "00f067aa0ba902b7"
     assert ctx.traceparent.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
     assert ctx.span_id != "00f067aa0ba902b7"
-    for bad in (None, "", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "nonsense"):
+    for bad in (
+        None,
+        "",
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "nonsense",
+    ):
         fresh = TraceContext.from_header(bad)
         assert len(fresh.trace_id) == 32 and fresh.parent_id is None

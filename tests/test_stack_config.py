@@ -60,7 +60,9 @@ def test_duration_without_unit_is_refused(tmp_path: Path) -> None:
 
 
 def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
-    text = SOUND.replace("max_queue: 16", "max_queue: -1").replace("reset_timeout: 5s", "reset_timeout: soon")
+    text = SOUND.replace("max_queue: 16", "max_queue: -1").replace(
+        "reset_timeout: 5s", "reset_timeout: soon"
+    )
     found = problems(write(tmp_path, text))
     assert len(found) == 2
     assert any("gateway.admission.max_queue" in p and "-1" in p for p in found)
@@ -75,10 +77,14 @@ def test_clashing_ports_and_unknown_backup_engine(tmp_path: Path) -> None:
     found = problems(path)
     assert any(
         p.startswith(f"{path}:{line_of(text, 'proxy_port: 18200')} backup.proxy_port:")
-        and "already used by replicas.0.proxy_port" in p for p in found
+        and "already used by replicas.0.proxy_port" in p
+        for p in found
     ), found
-    assert any("backup.engine: no replica of that name; expected one of: vllm-0, vllm-1" in p
-               and "'vllm-9'" in p for p in found), found
+    assert any(
+        "backup.engine: no replica of that name; expected one of: vllm-0, vllm-1" in p
+        and "'vllm-9'" in p
+        for p in found
+    ), found
 
 
 def test_malformed_yaml_and_duplicate_keys(tmp_path: Path) -> None:
@@ -101,9 +107,20 @@ def test_cli_refuses_bad_config_with_exit_2_and_starts_nothing(tmp_path: Path) -
     path = write(tmp_path, text)
     state_dir = tmp_path / "state"
     result = subprocess.run(
-        [sys.executable, "-m", "drills.cli", "stack", "up", "--profile", str(path),
-         "--state-dir", str(state_dir)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "drills.cli",
+            "stack",
+            "up",
+            "--profile",
+            str(path),
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert f"{path}:{line_of(text, 'max_num_seqs')} engine.max_num_seqs:" in result.stderr
@@ -112,7 +129,11 @@ def test_cli_refuses_bad_config_with_exit_2_and_starts_nothing(tmp_path: Path) -
 
 
 def test_cli_usage_error_is_exit_2() -> None:
-    result = subprocess.run([sys.executable, "-m", "drills.cli", "stack", "sideways"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "drills.cli", "stack", "sideways"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "invalid choice: 'sideways'" in result.stderr

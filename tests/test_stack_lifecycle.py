@@ -24,8 +24,9 @@ pytestmark = pytest.mark.stack
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "drills.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "drills.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_status_json_shows_components_health_endpoints_and_proxies(stack: RunningStack) -> None:
@@ -51,11 +52,15 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
     assert f"vllm-0 (127.0.0.1:{cfg.replicas[0].proxy_port})" in table.stdout
 
 
-def test_up_again_is_harmless_and_another_config_is_refused(stack: RunningStack, tmp_path: Path) -> None:
+def test_up_again_is_harmless_and_another_config_is_refused(
+    stack: RunningStack, tmp_path: Path
+) -> None:
     before = read_state(stack.state_dir)
     assert before is not None
     started = time.monotonic()
-    result = cli("stack", "up", "--profile", str(stack.config_path), "--state-dir", str(stack.state_dir))
+    result = cli(
+        "stack", "up", "--profile", str(stack.config_path), "--state-dir", str(stack.state_dir)
+    )
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 30
     after = read_state(stack.state_dir)
@@ -94,7 +99,9 @@ def _wait_gateway_healthy(stack: RunningStack, restarts: int) -> None:
     raise AssertionError(f"gateway not healthy after restart {restarts}")
 
 
-def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(stack: RunningStack) -> None:
+def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(
+    stack: RunningStack,
+) -> None:
     initial = stack.config.supervisor.initial_delay
     for restart in (1, 2):
         state = read_state(stack.state_dir)
@@ -105,8 +112,18 @@ def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(stac
 
     events = read_events(stack.state_dir, component="gateway")
     kinds = [e.event for e in events]
-    assert kinds == ["started", "healthy", "exited", "restart_scheduled", "started", "healthy",
-                     "exited", "restart_scheduled", "started", "healthy"]
+    assert kinds == [
+        "started",
+        "healthy",
+        "exited",
+        "restart_scheduled",
+        "started",
+        "healthy",
+        "exited",
+        "restart_scheduled",
+        "started",
+        "healthy",
+    ]
     exits = [e for e in events if e.event == "exited"]
     assert all(e.reason == "killed by signal SIGKILL" for e in exits)
     delays = [e.delay for e in events if e.event == "restart_scheduled"]
@@ -118,7 +135,8 @@ def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(stac
 
     response = httpx.post(
         f"{stack.gateway_url}/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=30,
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+        timeout=30,
     )
     assert response.status_code == 200
     table = cli("stack", "status", "--json", "--state-dir", str(stack.state_dir))

@@ -58,7 +58,9 @@ class Gateway:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _headers(self, trace: TraceContext, route: str, attempts: int, upstream: str | None) -> dict[str, str]:
+    def _headers(
+        self, trace: TraceContext, route: str, attempts: int, upstream: str | None
+    ) -> dict[str, str]:
         headers = {
             "traceparent": trace.traceparent,
             "x-trace-id": trace.trace_id,
@@ -71,12 +73,20 @@ class Gateway:
         return headers
 
     def _error(
-        self, trace: TraceContext, status: int, message: str, kind: str, route: str,
-        attempts: int = 0, extra: dict[str, str] | None = None,
+        self,
+        trace: TraceContext,
+        status: int,
+        message: str,
+        kind: str,
+        route: str,
+        attempts: int = 0,
+        extra: dict[str, str] | None = None,
     ) -> JSONResponse:
         headers = self._headers(trace, route, attempts, None)
         headers.update(extra or {})
-        body = {"error": {"message": message, "type": kind, "code": status, "trace_id": trace.trace_id}}
+        body = {
+            "error": {"message": message, "type": kind, "code": status, "trace_id": trace.trace_id}
+        }
         return JSONResponse(body, status_code=status, headers=headers)
 
     def _observe(self, route: str, code: int, started: float) -> None:
@@ -88,15 +98,31 @@ class Gateway:
         ident = f"chatcmpl-fallback-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
         whole = {
-            "id": ident, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
         chunk = {
-            "id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
         }
         return whole, [_sse(chunk), b"data: [DONE]\n\n"]
 
@@ -122,7 +148,9 @@ class Gateway:
     async def models(self, request: Request) -> Response:
         data = [{"id": self.stack.engine.served_name, "object": "model", "owned_by": "drills"}]
         if self.stack.backup is not None:
-            data.append({"id": self.stack.backup.served_name, "object": "model", "owned_by": "drills"})
+            data.append(
+                {"id": self.stack.backup.served_name, "object": "model", "owned_by": "drills"}
+            )
         return JSONResponse({"object": "list", "data": data})
 
     async def chat_completions(self, request: Request) -> Response:
@@ -138,19 +166,34 @@ class Gateway:
         if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
             self._observe("rejected", 400, started)
             self.metrics.rejected.labels("invalid_request").inc()
-            return self._error(trace, 400, "the body must be a JSON object with a 'messages' list",
-                               "invalid_request_error", "rejected")
+            return self._error(
+                trace,
+                400,
+                "the body must be a JSON object with a 'messages' list",
+                "invalid_request_error",
+                "rejected",
+            )
         want_stream = bool(payload.get("stream"))
         model = str(payload.get("model") or self.stack.engine.served_name)
 
         try:
             await self.admission.acquire(min(timeouts.queue, work_deadline - time.monotonic()))
         except QueueFull:
-            return self._refuse(trace, started, 429, "queue_full",
-                                f"the gateway queue is full ({self.admission.max_queue} waiting)")
+            return self._refuse(
+                trace,
+                started,
+                429,
+                "queue_full",
+                f"the gateway queue is full ({self.admission.max_queue} waiting)",
+            )
         except QueueTimeout:
-            return self._refuse(trace, started, 503, "queue_timeout",
-                                f"not admitted within the queue timeout ({timeouts.queue:g}s)")
+            return self._refuse(
+                trace,
+                started,
+                503,
+                "queue_timeout",
+                f"not admitted within the queue timeout ({timeouts.queue:g}s)",
+            )
         released = False
 
         def release() -> None:
@@ -174,41 +217,69 @@ class Gateway:
             release()
             raise
 
-    def _refuse(self, trace: TraceContext, started: float, status: int, reason: str, message: str) -> Response:
+    def _refuse(
+        self, trace: TraceContext, started: float, status: int, reason: str, message: str
+    ) -> Response:
         self.metrics.rejected.labels(reason).inc()
         self._observe("rejected", status, started)
         retry_after = str(max(1, math.ceil(self.config.admission.retry_after)))
         logger.info("trace=%s rejected %s", trace.trace_id, reason)
-        return self._error(trace, status, message, reason, "rejected", extra={"retry-after": retry_after})
+        return self._error(
+            trace, status, message, reason, "rejected", extra={"retry-after": retry_after}
+        )
 
-    def _degraded(self, routed: Routed, trace: TraceContext, started: float, model: str, want_stream: bool) -> Response:
+    def _degraded(
+        self, routed: Routed, trace: TraceContext, started: float, model: str, want_stream: bool
+    ) -> Response:
         if routed.rejection is not None:
             rejection = routed.rejection
             self._observe("error", rejection.status, started)
-            logger.info("trace=%s upstream rejected the request: %s", trace.trace_id, rejection.status)
-            return Response(rejection.body, status_code=rejection.status,
-                            media_type=rejection.content_type,
-                            headers=self._headers(trace, "error", routed.attempts, None))
+            logger.info(
+                "trace=%s upstream rejected the request: %s", trace.trace_id, rejection.status
+            )
+            return Response(
+                rejection.body,
+                status_code=rejection.status,
+                media_type=rejection.content_type,
+                headers=self._headers(trace, "error", routed.attempts, None),
+            )
         reason = routed.last_failure or "unknown"
         if self.config.fallback.text is None:
-            status = 504 if reason in {"deadline", "timeout_first_token", "timeout_model_call"} else 502
+            status = (
+                504 if reason in {"deadline", "timeout_first_token", "timeout_model_call"} else 502
+            )
             self._observe("error", status, started)
-            logger.warning("trace=%s all upstreams failed (%s) and there is no fallback text",
-                           trace.trace_id, ",".join(routed.failures) or reason)
-            return self._error(trace, status, f"no upstream could answer: {reason}",
-                               "upstream_error", "error", routed.attempts)
+            logger.warning(
+                "trace=%s all upstreams failed (%s) and there is no fallback text",
+                trace.trace_id,
+                ",".join(routed.failures) or reason,
+            )
+            return self._error(
+                trace,
+                status,
+                f"no upstream could answer: {reason}",
+                "upstream_error",
+                "error",
+                routed.attempts,
+            )
         self.metrics.fallbacks.labels("text").inc()
         self._observe("fallback", 200, started)
         self.metrics.ttft_seconds.labels("fallback").observe(time.monotonic() - started)
-        logger.warning("trace=%s serving the fallback text after %d attempts (%s)",
-                       trace.trace_id, routed.attempts, ",".join(routed.failures) or reason)
+        logger.warning(
+            "trace=%s serving the fallback text after %d attempts (%s)",
+            trace.trace_id,
+            routed.attempts,
+            ",".join(routed.failures) or reason,
+        )
         whole, events = self._fallback_completion(model, want_stream)
         headers = self._headers(trace, "fallback", routed.attempts, None)
         headers["x-drills-fallback-reason"] = reason
         if want_stream:
+
             async def body() -> AsyncIterator[bytes]:
                 for event in events:
                     yield event
+
             return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
         return JSONResponse(whole, headers=headers)
 
@@ -216,7 +287,9 @@ class Gateway:
         chunk["model"] = stream.upstream.served_name
         return chunk
 
-    def _stream_response(self, routed: Routed, trace: TraceContext, started: float, release: Any) -> Response:
+    def _stream_response(
+        self, routed: Routed, trace: TraceContext, started: float, release: Any
+    ) -> Response:
         stream = routed.stream
         assert stream is not None
         route = routed.route
@@ -236,19 +309,35 @@ class Gateway:
                 except (RetryableFailure, DeadlineReached) as exc:
                     failure = exc.reason if isinstance(exc, RetryableFailure) else "deadline"
                     self.metrics.midstream_failures.labels(stream.upstream.name, failure).inc()
-                    logger.warning("trace=%s stream from %s broke after the first token: %s",
-                                   trace.trace_id, stream.upstream.name, failure)
-                    yield _sse({"error": {"message": f"the model stream broke: {failure}",
-                                          "type": "upstream_error", "trace_id": trace.trace_id}})
+                    logger.warning(
+                        "trace=%s stream from %s broke after the first token: %s",
+                        trace.trace_id,
+                        stream.upstream.name,
+                        failure,
+                    )
+                    yield _sse(
+                        {
+                            "error": {
+                                "message": f"the model stream broke: {failure}",
+                                "type": "upstream_error",
+                                "trace_id": trace.trace_id,
+                            }
+                        }
+                    )
                     yield b"data: [DONE]\n\n"
                     self._observe(route, 200, started)
                     return
                 yield b"data: [DONE]\n\n"
                 failure = None
                 self._observe(route, 200, started)
-                logger.info("trace=%s served by %s (%s) in %.3fs after %d attempts",
-                            trace.trace_id, stream.upstream.name, route,
-                            time.monotonic() - started, routed.attempts)
+                logger.info(
+                    "trace=%s served by %s (%s) in %.3fs after %d attempts",
+                    trace.trace_id,
+                    stream.upstream.name,
+                    route,
+                    time.monotonic() - started,
+                    routed.attempts,
+                )
             finally:
                 await stream.close()
                 self.router.finish(stream, failure)
@@ -256,7 +345,9 @@ class Gateway:
 
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
-    async def _collect(self, routed: Routed, trace: TraceContext, started: float, model: str) -> Response:
+    async def _collect(
+        self, routed: Routed, trace: TraceContext, started: float, model: str
+    ) -> Response:
         stream = routed.stream
         assert stream is not None
         route = routed.route
@@ -274,8 +365,12 @@ class Gateway:
         if failure is not None:
             # The call broke after its first token; its tokens are lost, so degrade.
             self.metrics.midstream_failures.labels(stream.upstream.name, failure).inc()
-            degraded = Routed("fallback", routed.attempts, last_failure=failure,
-                              failures=[*routed.failures, f"{stream.upstream.name}:{failure}"])
+            degraded = Routed(
+                "fallback",
+                routed.attempts,
+                last_failure=failure,
+                failures=[*routed.failures, f"{stream.upstream.name}:{failure}"],
+            )
             return self._degraded(degraded, trace, started, model, False)
         if route == "backup":
             self.metrics.fallbacks.labels("backup").inc()
@@ -293,15 +388,28 @@ class Gateway:
             "object": "chat.completion",
             "created": first.get("created", int(time.time())),
             "model": stream.upstream.served_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)},
-                         "finish_reason": finish_reason}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(text)},
+                    "finish_reason": finish_reason,
+                }
+            ],
             "usage": usage,
         }
         self.metrics.ttft_seconds.labels(route).observe(stream.first_token_at - started)
         self._observe(route, 200, started)
-        logger.info("trace=%s served by %s (%s) in %.3fs after %d attempts", trace.trace_id,
-                    stream.upstream.name, route, time.monotonic() - started, routed.attempts)
-        return JSONResponse(body, headers=self._headers(trace, route, routed.attempts, stream.upstream.name))
+        logger.info(
+            "trace=%s served by %s (%s) in %.3fs after %d attempts",
+            trace.trace_id,
+            stream.upstream.name,
+            route,
+            time.monotonic() - started,
+            routed.attempts,
+        )
+        return JSONResponse(
+            body, headers=self._headers(trace, route, routed.attempts, stream.upstream.name)
+        )
 
 
 def create_app(stack: StackConfig) -> Starlette:

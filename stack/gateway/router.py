@@ -111,9 +111,7 @@ class Router:
         chosen.last_picked = self._picks
         return chosen
 
-    async def route(
-        self, payload: dict[str, Any], traceparent: str, deadline: float
-    ) -> Routed:
+    async def route(self, payload: dict[str, Any], traceparent: str, deadline: float) -> Routed:
         """Find an upstream that produces a first token before ``deadline`` (monotonic)."""
         if self.budget is not None:
             self.budget.record_request()

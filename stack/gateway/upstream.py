@@ -106,7 +106,9 @@ async def _read_event(stream: AttemptStream) -> dict[str, Any] | None:
         try:
             chunk = json.loads(data)
         except ValueError:
-            raise RetryableFailure("protocol_error", f"unparseable stream chunk {data[:80]!r}")
+            raise RetryableFailure(
+                "protocol_error", f"unparseable stream chunk {data[:80]!r}"
+            ) from None
         if not isinstance(chunk, dict):
             raise RetryableFailure("protocol_error", "stream chunk is not an object")
         if "error" in chunk:

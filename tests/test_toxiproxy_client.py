@@ -1,0 +1,166 @@
+"""Our Toxiproxy client against a real toxiproxy-server (started here, on free ports).
+
+The upstream behind the proxy is a small stub TCP server that trickles bytes: these tests are
+about Toxiproxy and our client, not about what sits behind the proxy.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from drills.errors import ToxiproxyError
+from drills.toxiproxy import Proxy, Toxic, ToxiproxyClient
+from stack.provision import ensure_toxiproxy
+from tests.conftest import free_port
+
+
+class TrickleServer:
+    """Stub upstream: answers every connection with ``count`` bytes, one every 50 ms, then
+    closes it."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            for _ in range(self.count):
+                if self._stop.is_set():
+                    return
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def toxiproxy() -> Iterator[ToxiproxyClient]:
+    port = free_port()
+    server = subprocess.Popen(
+        [str(ensure_toxiproxy()), "-host", "127.0.0.1", "-port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = ToxiproxyClient(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 10
+        while not client.is_up():
+            assert time.monotonic() < deadline, "toxiproxy-server did not start"
+            time.sleep(0.05)
+        yield client
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def upstream() -> Iterator[TrickleServer]:
+    """Three bytes and a clean close: every connection ends on its own."""
+    server = TrickleServer(count=3)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def endless_upstream() -> Iterator[TrickleServer]:
+    """Trickles for 10 s: a client that hangs up leaves data in flight."""
+    server = TrickleServer(count=200)
+    yield server
+    server.close()
+
+
+def _make_proxy(client: ToxiproxyClient, upstream: TrickleServer) -> Proxy:
+    proxy = Proxy("up", f"127.0.0.1:{free_port()}", f"127.0.0.1:{upstream.port}", True)
+    client.create(proxy)
+    return proxy
+
+
+def _first_byte_after(listen: str) -> float:
+    """Seconds to the first byte; reads the answer to its end, as a polite client does."""
+    host, port = listen.rsplit(":", 1)
+    started = time.monotonic()
+    first = None
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        while conn.recv(16):
+            first = first or time.monotonic()
+    assert first is not None
+    return first - started
+
+
+def test_toxics_land_are_read_back_and_removing_twice_is_harmless(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer
+) -> None:
+    proxy = _make_proxy(toxiproxy, upstream)
+    assert _first_byte_after(proxy.listen) < 0.3
+    added = toxiproxy.add_toxic("up", Toxic("slow", "latency", "downstream", 1.0, {"latency": 600}))
+    assert added.attributes["latency"] == 600
+    assert [t.name for t in toxiproxy.toxics("up")] == ["slow"]
+    assert _first_byte_after(proxy.listen) >= 0.6
+    assert toxiproxy.remove_toxic("up", "slow") == "removed"
+    assert toxiproxy.remove_toxic("up", "slow") == "absent"
+    assert toxiproxy.toxics("up") == []
+
+
+def test_disabled_proxy_refuses_connections(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer
+) -> None:
+    proxy = _make_proxy(toxiproxy, upstream)
+    toxiproxy.set_enabled("up", False)
+    host, port = proxy.listen.rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2)
+    toxiproxy.set_enabled("up", True)
+    assert _first_byte_after(proxy.listen) < 0.3
+
+
+def test_removal_stuck_in_toxiproxy_falls_back_to_recreating_the_proxy(
+    toxiproxy: ToxiproxyClient, endless_upstream: TrickleServer
+) -> None:
+    proxy = _make_proxy(toxiproxy, endless_upstream)
+    toxiproxy.add_toxic("up", Toxic("slow", "latency", "downstream", 1.0, {"latency": 3000}))
+    # Abandon a connection while the latency toxic holds its data: Toxiproxy's latency toxic
+    # then blocks on a link nobody reads, and a plain removal cannot finish.
+    host, port = proxy.listen.rsplit(":", 1)
+    conn = socket.create_connection((host, int(port)))
+    time.sleep(0.5)
+    conn.close()
+    time.sleep(0.3)
+
+    with pytest.raises(ToxiproxyError, match="stuck"):
+        toxiproxy.remove_toxic("up", "slow", timeout=1.0)
+    started = time.monotonic()
+    outcome = toxiproxy.remove_toxic("up", "slow", snapshot=proxy, timeout=1.0)
+    assert outcome == "recreated"
+    assert time.monotonic() - started < 5
+    # The proxy is back as it was before the fault: no toxic, and fast again.
+    again = toxiproxy.proxy("up")
+    assert again.toxics == () and again.enabled and again.upstream == proxy.upstream
+    host, port = proxy.listen.rsplit(":", 1)
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        assert conn.recv(1) == b"x"
+    assert time.monotonic() - started < 0.3
