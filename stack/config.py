@@ -74,6 +74,8 @@ class EngineConfig(_Model):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     startup_timeout: Duration = 300.0
     extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for every engine process (e.g. ``CUDA_VISIBLE_DEVICES``)."""
 
 
 class ReplicaConfig(_Model):

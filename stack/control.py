@@ -216,7 +216,13 @@ def _wait_healthy(
             current = status(state_dir)
         except StackNotRunning:
             current = None
-        if current is not None and current.components and current.healthy:
+        # Healthy by a live probe and in the supervisor's own record (which lags by a tick).
+        if (
+            current is not None
+            and current.components
+            and current.healthy
+            and all(c.status == "healthy" for c in current.components)
+        ):
             return current
         if current is not None:
             crashed = [e for e in read_events(state_dir) if e.event == "exited"]

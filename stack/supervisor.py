@@ -127,6 +127,7 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+        env.update(engine.env)
         if engine.kind == "vllm-cpu":
             env["VLLM_TARGET_DEVICE"] = "cpu"
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_gib:g}"

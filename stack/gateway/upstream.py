@@ -81,9 +81,18 @@ class AttemptStream:
                     return
                 yield chunk
         finally:
-            await self.response.aclose()
+            await self.close()
 
     async def close(self) -> None:
+        """Release the connection: back to the pool after a complete stream (the bytes after
+        ``[DONE]`` are read first, or the connection could not be reused), closed otherwise."""
+        if self.done and not self.response.is_closed:
+            try:
+                async with asyncio.timeout(0.5):
+                    async for _ in self.lines:
+                        pass
+            except (TimeoutError, httpx.HTTPError):
+                pass
         await self.response.aclose()
 
 

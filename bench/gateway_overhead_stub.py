@@ -1,0 +1,122 @@
+"""The gateway's own cost per request, measured against a deliberately fast stub upstream.
+
+With vLLM behind it the gateway's cost (about a millisecond) drowns in the engine's own
+variation (tens of milliseconds; see bench/gateway_overhead.py for that side-by-side run). Here
+the upstream answers in well under a millisecond, so the difference is the gateway: routing,
+admission, breaker and budget bookkeeping, the extra HTTP hop, SSE re-framing.
+
+Runs the stub and a gateway (the sound profile's policy, pointed straight at the stub) as
+separate processes, then alternates requests: client -> stub vs client -> gateway -> stub.
+
+    .venv/bin/python bench/gateway_overhead_stub.py --rounds 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up")
+
+
+def timed(client: httpx.Client, url: str, body: dict[str, object]) -> tuple[float, float]:
+    started = time.perf_counter()
+    first = None
+    with client.stream("POST", url, json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if first is None and " tok" in line:
+                first = time.perf_counter()
+    end = time.perf_counter()
+    return ((first or end) - started) * 1000, (end - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--stream", action="store_true", help="clients ask for a stream")
+    args = parser.parse_args()
+    stub_ports, gateway_port = [free_port(), free_port()], free_port()
+    stub_port = stub_ports[0]
+    profile = yaml.safe_load((ROOT / "stack" / "profiles" / "sound.yaml").read_text())
+    # Each "replica" is a stub process; no Toxiproxy in this measurement.
+    profile["replicas"] = [
+        {"name": f"stub-{i}", "port": free_port(), "proxy_port": port}
+        for i, port in enumerate(stub_ports)
+    ]
+    profile["backup"] = None
+    profile["gateway"]["port"] = gateway_port
+    profile["toxiproxy"]["api_port"] = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "stub.yaml"
+        config.write_text(yaml.safe_dump(profile))
+        procs = [
+            *(
+                subprocess.Popen([sys.executable, str(ROOT / "bench" / "stub_upstream.py"),
+                                  str(port)])
+                for port in stub_ports
+            ),
+            subprocess.Popen([sys.executable, "-m", "stack.gateway", "--config", str(config),
+                              "--log-level", "warning"], cwd=ROOT),
+        ]
+        try:
+            for port in stub_ports:
+                wait(f"http://127.0.0.1:{port}/health")
+            wait(f"http://127.0.0.1:{gateway_port}/health")
+            body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 4, "stream": args.stream}
+            paths = {
+                "direct": f"http://127.0.0.1:{stub_port}/v1/chat/completions",
+                "gateway": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
+            }
+            samples: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
+            with httpx.Client(timeout=30) as client:
+                for url in paths.values():
+                    for _ in range(20):
+                        timed(client, url, {**body, "stream": True})
+                for _ in range(args.rounds):
+                    for name, url in paths.items():
+                        samples[name].append(timed(client, url, {**body, "stream": True}))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=10)
+    print(f"rounds={args.rounds} (medians, ms; stub upstream, streamed)")
+    for name in paths:
+        ttft = statistics.median(s[0] for s in samples[name])
+        e2e = statistics.median(s[1] for s in samples[name])
+        p99 = statistics.quantiles([s[1] for s in samples[name]], n=100)[98]
+        print(f"{name:8} ttft {ttft:7.3f}  e2e {e2e:7.3f}  e2e p99 {p99:7.3f}")
+    diffs = [g[1] - d[1] for g, d in zip(samples["gateway"], samples["direct"], strict=True)]
+    print(f"gateway overhead per request (e2e, median of paired differences): "
+          f"{statistics.median(diffs):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A deliberately fast stub of an OpenAI-compatible streaming upstream, for benchmarks of the
+harness's and the gateway's own costs (never a stand-in for vLLM in tests of vLLM).
+
+    python bench/stub_upstream.py PORT [TOKENS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+
+
+async def chat(request: Request) -> Response:
+    body = await request.json()
+    model = body.get("model", "stub")
+
+    async def events() -> AsyncIterator[bytes]:
+        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0,
+                "model": model}
+        chunk = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                      "finish_reason": None}]}
+        yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        for i in range(TOKENS):
+            last = i == TOKENS - 1
+            chunk = {**base, "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
+                                          "finish_reason": "length" if last else None}]}
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        usage = {"prompt_tokens": 5, "completion_tokens": TOKENS, "total_tokens": 5 + TOKENS}
+        yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def health(request: Request) -> Response:
+    return Response("ok")
+
+
+app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                        Route("/health", health)])
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+                access_log=False)

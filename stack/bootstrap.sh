@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Make (or reuse) the harness environment in .venv, then run a command from it:
+#
+#   bash stack/bootstrap.sh drills stack up
+#   bash stack/bootstrap.sh pytest
+#
+# Only the harness is installed here (a few small packages). The heavy parts (vLLM for the CPU,
+# the model, Toxiproxy) are installed on first use by stack/provision.py into ~/.cache/drills,
+# outside the checkout, keyed by version.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+python=${DRILLS_PYTHON:-python3}
+stamp=.venv/.drills-installed
+want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: preparing the harness environment in .venv" >&2
+  [ -x .venv/bin/python ] || "$python" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+  echo "$want" > "$stamp"
+fi
+# Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
+[ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
+[ $# -gt 0 ] || set -- drills --help
+exec "$root/.venv/bin/$1" "${@:2}"
