@@ -76,7 +76,9 @@ def main() -> None:
     for name in paths:
         print(f"{name:8} {median(name, 0):8.2f} {median(name, 1):8.2f}")
     for index, label in ((0, "ttft"), (1, "e2e")):
-        pairs = [g[index] - p[index] for g, p in zip(samples["gateway"], samples["proxy"], strict=True)]
+        pairs = [
+            g[index] - p[index] for g, p in zip(samples["gateway"], samples["proxy"], strict=True)
+        ]
         print(
             f"gateway overhead ({label}): median of paired differences "
             f"{statistics.median(pairs):.2f} ms; difference of medians "

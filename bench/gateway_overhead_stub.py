@@ -78,19 +78,34 @@ def main() -> None:
         config.write_text(yaml.safe_dump(profile))
         procs = [
             *(
-                subprocess.Popen([sys.executable, str(ROOT / "bench" / "stub_upstream.py"),
-                                  str(port)])
+                subprocess.Popen(
+                    [sys.executable, str(ROOT / "bench" / "stub_upstream.py"), str(port)]
+                )
                 for port in stub_ports
             ),
-            subprocess.Popen([sys.executable, "-m", "stack.gateway", "--config", str(config),
-                              "--log-level", "warning"], cwd=ROOT),
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "stack.gateway",
+                    "--config",
+                    str(config),
+                    "--log-level",
+                    "warning",
+                ],
+                cwd=ROOT,
+            ),
         ]
         try:
             for port in stub_ports:
                 wait(f"http://127.0.0.1:{port}/health")
             wait(f"http://127.0.0.1:{gateway_port}/health")
-            body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
-                    "max_tokens": 4, "stream": args.stream}
+            body = {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+                "stream": args.stream,
+            }
             paths = {
                 "direct": f"http://127.0.0.1:{stub_port}/v1/chat/completions",
                 "gateway": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
@@ -114,8 +129,10 @@ def main() -> None:
         p99 = statistics.quantiles([s[1] for s in samples[name]], n=100)[98]
         print(f"{name:8} ttft {ttft:7.3f}  e2e {e2e:7.3f}  e2e p99 {p99:7.3f}")
     diffs = [g[1] - d[1] for g, d in zip(samples["gateway"], samples["direct"], strict=True)]
-    print(f"gateway overhead per request (e2e, median of paired differences): "
-          f"{statistics.median(diffs):.3f} ms")
+    print(
+        f"gateway overhead per request (e2e, median of paired differences): "
+        f"{statistics.median(diffs):.3f} ms"
+    )
 
 
 if __name__ == "__main__":

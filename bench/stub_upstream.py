@@ -24,15 +24,31 @@ async def chat(request: Request) -> Response:
     model = body.get("model", "stub")
 
     async def events() -> AsyncIterator[bytes]:
-        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0,
-                "model": model}
-        chunk = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "finish_reason": None}]}
+        base = {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+        }
+        chunk = {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            ],
+        }
         yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
         for i in range(TOKENS):
             last = i == TOKENS - 1
-            chunk = {**base, "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
-                                          "finish_reason": "length" if last else None}]}
+            chunk = {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": f" tok{i}"},
+                        "finish_reason": "length" if last else None,
+                    }
+                ],
+            }
             yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
         usage = {"prompt_tokens": 5, "completion_tokens": TOKENS, "total_tokens": 5 + TOKENS}
         yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
@@ -45,9 +61,9 @@ async def health(request: Request) -> Response:
     return Response("ok")
 
 
-app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                        Route("/health", health)])
+app = Starlette(
+    routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/health", health)]
+)
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-                access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
