@@ -61,7 +61,7 @@ def main() -> None:
     }
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
     with httpx.Client(timeout=60) as client:
-        for name, urls in paths.items():  # warm every connection pool and code path
+        for urls in paths.values():  # warm every connection pool and code path
             for url in urls:
                 timed(client, url, body)
         for i in range(args.rounds):
