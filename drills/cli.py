@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from drills import __version__
-from drills.errors import DrillsError, InputError, StackNotRunning
+from drills.errors import ConfigError, DrillsError, InputError, StackNotRunning
 
 __all__ = ["main"]
 
@@ -51,6 +51,22 @@ def _parser() -> argparse.ArgumentParser:
 
     dn = stack_cmds.add_parser("down", help="stop everything the stack started")
     dn.add_argument("--state-dir", type=Path, help=state_help)
+
+    run = commands.add_parser("run", help="run a drill scenario and write its journal and reports")
+    run.add_argument("scenario", type=Path)
+    run.add_argument("--profile", help="stack profile to bring up (overrides the scenario's)")
+    run.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
+    run.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    run.add_argument(
+        "--out", type=Path, default=Path("runs"), help="where runs go (default: runs/)"
+    )
+    run.add_argument("--state-dir", type=Path, help=state_help)
+
+    val = commands.add_parser("validate", help="check scenario files; touches nothing")
+    val.add_argument("scenarios", type=Path, nargs="+")
+
+    rep = commands.add_parser("report", help="re-render the reports of a run from its journal")
+    rep.add_argument("run_dir", type=Path)
     return parser
 
 
@@ -115,7 +131,58 @@ def _run(args: argparse.Namespace) -> int:
             stopped = control.down(args.state_dir)
             print("stack stopped" if stopped else "no stack was running")
             return EXIT_OK
+    if args.command == "validate":
+        from drills.runner import validate_only
+
+        problems = validate_only(args.scenarios)
+        if problems:
+            raise ConfigError(problems)
+        print(f"{len(args.scenarios)} scenario file(s) valid")
+        return EXIT_OK
+    if args.command == "report":
+        from reports import load_journal, render_all
+
+        journal_path = args.run_dir / "journal.json" if args.run_dir.is_dir() else args.run_dir
+        if not journal_path.exists():
+            raise InputError(f"{args.run_dir}: no journal.json here; pass a run directory")
+        paths = render_all(journal_path)
+        print(f"verdict: {load_journal(journal_path)['verdict']}")
+        for kind, path in paths.items():
+            print(f"{kind}: {path}")
+        return EXIT_OK
+    if args.command == "run":
+        return _run_drill(args)
     raise AssertionError(f"unhandled command {args.command!r}")
+
+
+def _run_drill(args: argparse.Namespace) -> int:
+    from drills.runner import Runner, RunOptions
+    from drills.scenario import Attach, load_scenario
+    from reports import load_journal
+
+    if bool(args.gateway) != bool(args.toxiproxy):
+        raise InputError("--gateway and --toxiproxy go together (attach to a running stack)")
+    scenario, doc = load_scenario(args.scenario)
+    attach = Attach(gateway=args.gateway, toxiproxy=args.toxiproxy) if args.gateway else None
+    options = RunOptions(
+        out_dir=args.out,
+        profile=args.profile,
+        attach=attach,
+        state_dir=args.state_dir,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s)", file=sys.stderr)
+    run_dir = Runner(scenario, doc, options).run()
+    journal = load_journal(run_dir)
+    for check in journal["checks"]:
+        mark = "pass" if check["passed"] else "FAIL"
+        print(
+            f"  {mark}  {check['label']}: observed {check['observed_text']}, "
+            f"expected {check['expected']}"
+        )
+    print(f"verdict: {journal['verdict']}")
+    print(f"report: {run_dir / 'index.html'}")
+    return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

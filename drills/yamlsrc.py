@@ -174,6 +174,28 @@ def _describe(model: type[BaseModel], error: Any) -> str:
     return message.removeprefix("Value error, ")
 
 
+def _data_loc(data: Any, loc: Path_) -> Path_:
+    """``loc`` without the tags pydantic inserts for tagged unions (``inject[0].toxiproxy.latency
+    .latency`` -> ``inject[0].latency``): a reader looks for the path in the file."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part not in node:
+            if part in {str(v) for v in node.values() if isinstance(v, str | int)}:
+                continue  # a union tag, not a key of the file
+            out.append(part)
+            node = None
+            continue
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(out)
+
+
 def parse_model(model: type[M], doc: YamlDocument) -> M:
     """Validate ``doc`` against ``model``; raise ``ConfigError`` listing every problem found."""
     problems: list[str] = []
@@ -181,13 +203,20 @@ def parse_model(model: type[M], doc: YamlDocument) -> M:
         result = model.model_validate(doc.data)
     except ValidationError as exc:
         for error in exc.errors():
-            loc = tuple(
-                p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+            loc = _data_loc(
+                doc.data,
+                tuple(
+                    p
+                    for p in error["loc"]
+                    if not (isinstance(p, str) and p.startswith("function-"))
+                ),
             )
             line = doc.line_of(loc)
             where = format_path(loc)
             detail = _describe(model, error)
-            value = "" if error["type"] == "missing" else f" (got {_short(error['input'])})"
+            # A whole mapping as "the value" helps nobody; such messages name the value already.
+            shown = error["type"] == "missing" or isinstance(error["input"], dict)
+            value = "" if shown else f" (got {_short(error['input'])})"
             problems.append(f"{doc.path}:{line} {where}: {detail}{value}")
         raise ConfigError(problems) from None
     if hasattr(result, "problems"):

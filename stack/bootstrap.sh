@@ -20,6 +20,11 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
   echo "$want" > "$stamp"
 fi
+# The HTML report is tested in a real headless Chromium (Debian's package).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing Chromium for the report tests" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2
+fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
 [ $# -gt 0 ] || set -- drills --help

@@ -60,6 +60,12 @@ class GatewayMetrics:
             ["upstream", "to"],
             registry=r,
         )
+        self.breaker_opened_at = Gauge(
+            "drills_gateway_breaker_opened_timestamp_seconds",
+            "Wall-clock time (Unix seconds) at which each breaker last opened",
+            ["upstream"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "drills_gateway_queue_depth", "Requests waiting for admission", registry=r
         )

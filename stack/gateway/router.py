@@ -91,6 +91,8 @@ class Router:
     def _breaker_changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
         self.metrics.breaker_state.labels(name).set(BREAKER_STATE_VALUE[new])
         self.metrics.breaker_transitions.labels(name, new).inc()
+        if new == "open":
+            self.metrics.breaker_opened_at.labels(name).set(time.time())
         logger.warning("breaker %s: %s -> %s", name, old, new)
 
     def breaker_header(self) -> str:

@@ -1,0 +1,331 @@
+"""Checks: each scenario expectation evaluated over its window of the drill.
+
+A check with no data in its window fails, and says so: a drill that observed nothing proves
+nothing. Every result carries the observed value next to what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from drills.scenario import Check, Scenario
+from drills.units import format_duration, parse_duration
+
+__all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def is_error(record: dict[str, Any]) -> bool:
+    return record.get("status") != 200 or bool(record.get("error"))
+
+
+@dataclass
+class CheckResult:
+    label: str
+    check: str
+    during: str | None
+    expected: str
+    observed: float | None
+    observed_text: str
+    passed: bool
+    reason: str
+    samples: int
+    runbook: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Evaluation:
+    """Everything checks look at, with absolute (epoch) times."""
+
+    scenario: Scenario
+    records: list[dict[str, Any]]
+    phases: dict[str, tuple[float, float]]
+    run_window: tuple[float, float]
+    faults: list[dict[str, Any]]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    def window(self, during: str | None) -> tuple[float, float]:
+        return self.phases[during] if during else self.run_window
+
+    def requests_in(self, start: float, end: float) -> list[dict[str, Any]]:
+        return [r for r in self.records if start <= r["start"] < end]
+
+
+def _bound(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+def _expected(check: Check, unit: str) -> str:
+    parts = []
+    for word, value in (("<", check.below), (">", check.above)):
+        if value is not None:
+            parts.append(f"{word} {value}{unit if not isinstance(value, str) else ''}")
+    return " and ".join(parts)
+
+
+def _verdict(check: Check, observed: float) -> bool:
+    below, above = _bound(check.below), _bound(check.above)
+    return (below is None or observed < below) and (above is None or observed > above)
+
+
+def _fmt(value: float, family: str) -> str:
+    if family in ("latency", "breaker_opened_within", "recovered_within"):
+        return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
+    if family == "rate":
+        return f"{value:.3f}"
+    if family == "throughput":
+        return f"{value:.2f} req/s"
+    return f"{value:g}"
+
+
+def _result(
+    check: Check,
+    family: str,
+    observed: float | None,
+    samples: int,
+    reason: str = "",
+    unit: str = "",
+) -> CheckResult:
+    runbook = check.runbook
+    if observed is None:
+        return CheckResult(
+            check.label,
+            check.check,
+            check.during,
+            _expected(check, unit),
+            None,
+            "no data",
+            False,
+            reason or "no data in the window",
+            samples,
+            runbook,
+        )
+    passed = _verdict(check, observed)
+    text = _fmt(observed, family)
+    if not reason:
+        reason = (
+            "within bounds" if passed else f"observed {text}, expected {_expected(check, unit)}"
+        )
+    return CheckResult(
+        check.label,
+        check.check,
+        check.during,
+        _expected(check, unit),
+        observed,
+        text,
+        passed,
+        reason,
+        samples,
+        runbook,
+    )
+
+
+def _latency(check: Check, ev: Evaluation) -> CheckResult:
+    metric, q = check.check.split(".p")
+    start, end = ev.window(check.during)
+    records = ev.requests_in(start, end)
+    values: list[float] = []
+    if metric == "ttft":
+        values = [r["ttft"] for r in records if r.get("ttft") is not None]
+    elif metric == "e2e":
+        values = [r["e2e"] for r in records if r.get("e2e") is not None]
+    else:
+        for r in records:
+            values.extend(r.get("itl") or ())
+    if not values:
+        return _result(
+            check,
+            "latency",
+            None,
+            0,
+            f"no {metric} samples among {len(records)} requests in the window",
+        )
+    pct = float(q) / (10 if len(q) == 3 else 1)
+    return _result(check, "latency", percentile(values, pct), len(values))
+
+
+def _rate(check: Check, ev: Evaluation) -> CheckResult:
+    start, end = ev.window(check.during)
+    records = ev.requests_in(start, end)
+    if not records:
+        return _result(check, "rate", None, 0, "no requests started in the window")
+    if check.check == "error_rate":
+        hits = sum(is_error(r) for r in records)
+    elif check.check == "fallback_rate":
+        hits = sum(bool(r.get("fallback")) for r in records)
+    else:
+        hits = sum(not is_error(r) and not r.get("fallback") for r in records)
+    return _result(check, "rate", hits / len(records), len(records))
+
+
+def _throughput(check: Check, ev: Evaluation) -> CheckResult:
+    start, end = ev.window(check.during)
+    records = [r for r in ev.requests_in(start, end) if not is_error(r)]
+    if not records:
+        return _result(check, "throughput", None, 0, "no successful request in the window")
+    return _result(check, "throughput", len(records) / max(end - start, 1e-9), len(records))
+
+
+def _series(
+    ev: Evaluation, source: str, metric: str, labels: dict[str, str], start: float, end: float
+) -> list[tuple[float, float]]:
+    points = []
+    for probe in ev.probes:
+        if probe["source"] != source or not (start <= probe["time"] <= end):
+            continue
+        total, found = 0.0, False
+        for sample in probe["samples"]:
+            if sample["name"] == metric and all(
+                sample["labels"].get(k) == v for k, v in labels.items()
+            ):
+                total += sample["value"]
+                found = True
+        if found:
+            points.append((probe["time"], total))
+    return points
+
+
+def _prometheus(check: Check, ev: Evaluation) -> CheckResult:
+    start, end = ev.window(check.during)
+    assert check.source and check.metric
+    points = _series(ev, check.source, check.metric, check.labels, start, end)
+    if not points:
+        return _result(
+            check,
+            "prometheus",
+            None,
+            0,
+            f"no scrape of {check.source} had {check.metric} {check.labels or ''}",
+        )
+    values = [v for _, v in points]
+    observed = {
+        "increase": values[-1] - values[0],
+        "max": max(values),
+        "min": min(values),
+        "last": values[-1],
+    }[check.agg]
+    return _result(check, "prometheus", observed, len(points))
+
+
+def _fault_times(ev: Evaluation, target: str | None = None) -> list[dict[str, Any]]:
+    return [
+        f for f in ev.faults if (target is None or f["target"] == target) and f.get("applied_at")
+    ]
+
+
+def _breaker_opened(check: Check, ev: Evaluation) -> CheckResult:
+    faults = _fault_times(ev, check.target)
+    if not faults:
+        return _result(
+            check, "breaker_opened_within", None, 0, f"no fault on {check.target} was applied"
+        )
+    applied = min(f["applied_at"] for f in faults)
+    # The gateway stamps the wall-clock time of every opening; the probes carry it.
+    opened = [
+        v
+        for t, v in _series(
+            ev,
+            "gateway",
+            "drills_gateway_breaker_opened_timestamp_seconds",
+            {"upstream": check.target or ""},
+            applied,
+            ev.run_window[1] + 30,
+        )
+        if v >= applied
+    ]
+    if not opened:
+        return _result(
+            check,
+            "breaker_opened_within",
+            None,
+            0,
+            f"the breaker of {check.target} never opened after the fault began",
+        )
+    return _result(check, "breaker_opened_within", min(opened) - applied, len(opened))
+
+
+def _recovered(check: Check, ev: Evaluation) -> CheckResult:
+    faults = _fault_times(ev)
+    ended = [f.get("reverted_at") for f in faults]
+    if not faults or any(e is None for e in ended):
+        return _result(check, "recovered_within", None, 0, "a fault was never reverted")
+    fault_end = max(e for e in ended if e is not None)
+    slo = ev.scenario.slo
+    bound = slo.e2e_p90
+    if bound is None:
+        base_name = "baseline" if "baseline" in ev.phases else ev.scenario.phases[0].name
+        base = [r["e2e"] for r in ev.requests_in(*ev.phases[base_name]) if not is_error(r)]
+        if not base:
+            return _result(
+                check,
+                "recovered_within",
+                None,
+                0,
+                f"no successful request in phase {base_name!r} to derive the SLO from",
+            )
+        bound = 2 * percentile(base, 90)
+    run_end = ev.run_window[1]
+    t = fault_end
+    while t + slo.window <= run_end + 1e-9:
+        window = ev.requests_in(t, t + slo.window)
+        if len(window) >= 2:
+            bad = sum(is_error(r) or bool(r.get("fallback")) for r in window) / len(window)
+            p90 = percentile([r["e2e"] for r in window], 90)
+            if bad <= slo.error_rate and p90 <= bound:
+                return _result(
+                    check,
+                    "recovered_within",
+                    t - fault_end,
+                    len(window),
+                    ""
+                    if _verdict(check, t - fault_end)
+                    else f"the SLO (bad share <= {slo.error_rate}, e2e p90 <= "
+                    f"{format_duration(bound)}) held again {t - fault_end:.1f}s after the fault "
+                    f"ended; expected {_expected(check, '')}",
+                )
+        t += 0.5
+    return _result(
+        check,
+        "recovered_within",
+        None,
+        0,
+        f"the SLO (bad share <= {slo.error_rate}, e2e p90 <= {format_duration(bound)}) "
+        f"did not hold for any {slo.window:g}s window in the "
+        f"{max(run_end - fault_end, 0):.0f}s after the fault ended",
+    )
+
+
+def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[CheckResult]:
+    from drills.scenario import check_family
+
+    results = []
+    for check in checks if checks is not None else ev.scenario.expect:
+        family = check_family(check.check)
+        handler = {
+            "latency": _latency,
+            "rate": _rate,
+            "throughput": _throughput,
+            "prometheus": _prometheus,
+            "breaker_opened_within": _breaker_opened,
+            "recovered_within": _recovered,
+        }[family or ""]
+        results.append(handler(check, ev))
+    return results

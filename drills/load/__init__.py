@@ -1,0 +1,142 @@
+"""Load for drills: Locust, run as its own process (gevent monkey-patches at import, so it stays
+out of the runner), with an LLM user that records one JSON line per request.
+
+``LoadProcess`` starts and stops it; ``read_records`` follows the records file as it grows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drills.errors import DrillsError
+from drills.scenario import FallbackRule, LoadConfig
+
+__all__ = ["LoadProcess", "RecordReader", "load_prompts"]
+
+logger = logging.getLogger(__name__)
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+def load_prompts(load: LoadConfig, base: Path) -> list[list[dict[str, str]]]:
+    """The prompts as chat message lists; a file path is relative to the scenario file."""
+    if isinstance(load.prompts, list):
+        return [[{"role": "user", "content": p}] for p in load.prompts]
+    path = (base / load.prompts).resolve()
+    messages = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if "messages" in item:
+            messages.append(item["messages"])
+        elif "prompt" in item:
+            messages.append([{"role": "user", "content": item["prompt"]}])
+        else:
+            raise DrillsError(f"{path}:{number}: expected a 'prompt' or 'messages' field")
+    if not messages:
+        raise DrillsError(f"{path}: no prompts")
+    return messages
+
+
+@dataclass
+class LoadProcess:
+    """One Locust process sending the scenario's load to ``gateway``."""
+
+    gateway: str
+    load: LoadConfig
+    fallback: FallbackRule
+    prompts: list[list[dict[str, str]]]
+    records: Path
+    run_time: float
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        config = {
+            "gateway": self.gateway,
+            "records": str(self.records),
+            "users": self.load.users,
+            "spawn_rate": self.load.spawn_rate,
+            "shape": self.load.shape.model_dump(by_alias=False),
+            "prompts": self.prompts,
+            "max_tokens": self.load.max_tokens,
+            "stream": self.load.stream,
+            "wait": self.load.wait,
+            "timeout": self.load.timeout,
+            "model": self.load.model,
+            "fallback": self.fallback.model_dump(),
+        }
+        config_path = self.records.with_suffix(".load.json")
+        config_path.write_text(json.dumps(config))
+        self.records.touch()
+        log = self.records.with_suffix(".locust.log")
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "locust",
+                    "-f",
+                    str(LOCUSTFILE),
+                    "--headless",
+                    "--host",
+                    self.gateway,
+                    "--run-time",
+                    f"{int(self.run_time) + 60}s",
+                    "--only-summary",
+                    "--stop-timeout",
+                    "2",
+                    "--loglevel",
+                    "WARNING",
+                    "--skip-log-setup",
+                ],
+                env={**os.environ, "DRILLS_LOAD_CONFIG": str(config_path)},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        logger.info(
+            "load: %d user(s) against %s (pid %d)", self.load.users, self.gateway, self.process.pid
+        )
+
+    def stop(self) -> None:
+        """Stop the load; requests in flight get ``--stop-timeout`` to finish."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class RecordReader:
+    """Follows a JSONL records file, returning the complete lines added since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]

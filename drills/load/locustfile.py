@@ -1,0 +1,152 @@
+"""The Locust side of drills' load: an LLM user that streams chat completions.
+
+Run by ``drills.load.LoadProcess`` only (configuration comes from the file named by
+``DRILLS_LOAD_CONFIG``). Every request becomes one JSON line in the records file: start time,
+time to first token, inter-token gaps, end-to-end time, status, tokens, whether the answer was
+the fallback, the route and upstream the gateway reported, and the trace id.
+
+Timing is ours, not Locust's: FastHttpUser's line iterator buffers 1 KiB, which makes its first
+token arrive with the whole answer. ``requests`` with ``stream=True`` and
+``iter_lines(chunk_size=None)`` hands over each chunk as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import time
+from typing import Any
+
+import requests
+from locust import LoadTestShape, User, constant, task
+
+with open(os.environ["DRILLS_LOAD_CONFIG"]) as _config:
+    CONFIG: dict[str, Any] = json.load(_config)
+# Open for the life of the process: one line per request, flushed at each newline.
+RECORDS = open(CONFIG["records"], "a", buffering=1)  # noqa: SIM115
+FALLBACK = CONFIG["fallback"]
+
+
+def _is_fallback(headers: Any, text: str) -> bool:
+    if FALLBACK.get("header") and headers.get(FALLBACK["header"]) in FALLBACK["header_values"]:
+        return True
+    return bool(FALLBACK.get("contains")) and FALLBACK["contains"] in text
+
+
+class LLMUser(User):
+    wait_time = constant(CONFIG["wait"])
+
+    def on_start(self) -> None:
+        self.session = requests.Session()
+
+    @task
+    def chat(self) -> None:
+        messages = random.choice(CONFIG["prompts"])
+        body: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": CONFIG["max_tokens"],
+            "stream": CONFIG["stream"],
+        }
+        if CONFIG.get("model"):
+            body["model"] = CONFIG["model"]
+        trace_id = secrets.token_hex(16)
+        headers = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        record: dict[str, Any] = {
+            "start": time.time(),
+            "ttft": None,
+            "itl": [],
+            "e2e": None,
+            "status": 0,
+            "error": None,
+            "tokens": 0,
+            "fallback": False,
+            "route": None,
+            "upstream": None,
+            "trace_id": trace_id,
+            "text": "",
+        }
+        started = time.perf_counter()
+        text: list[str] = []
+        try:
+            with self.session.post(
+                f"{self.host}/v1/chat/completions",
+                json=body,
+                headers=headers,
+                stream=CONFIG["stream"],
+                timeout=CONFIG["timeout"],
+            ) as response:
+                record["status"] = response.status_code
+                record["route"] = response.headers.get("x-drills-route")
+                record["upstream"] = response.headers.get("x-drills-upstream")
+                record["trace_id"] = response.headers.get("x-trace-id", trace_id)
+                if CONFIG["stream"] and response.status_code == 200:
+                    last = None
+                    # chunk_size=None: hand over each chunk as it arrives (see module docstring).
+                    for line in response.iter_lines(chunk_size=None):  # type: ignore[call-overload]
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            break
+                        chunk = json.loads(data)
+                        if "error" in chunk:
+                            record["error"] = str(chunk["error"].get("message", "stream error"))
+                            continue
+                        for choice in chunk.get("choices") or ():
+                            piece = (choice.get("delta") or {}).get("content")
+                            if piece:
+                                now = time.perf_counter()
+                                if last is None:
+                                    record["ttft"] = now - started
+                                else:
+                                    record["itl"].append(now - last)
+                                last = now
+                                record["tokens"] += 1
+                                text.append(piece)
+                else:
+                    payload = response.json() if response.content else {}
+                    if response.status_code == 200:
+                        record["ttft"] = time.perf_counter() - started
+                        text.append(payload["choices"][0]["message"]["content"] or "")
+                        record["tokens"] = (payload.get("usage") or {}).get("completion_tokens", 0)
+                    else:
+                        error = payload.get("error") if isinstance(payload, dict) else None
+                        record["error"] = (error or {}).get(
+                            "message"
+                        ) or f"HTTP {response.status_code}"
+                full = "".join(text)
+                record["fallback"] = _is_fallback(response.headers, full)
+                record["text"] = full[:300]
+                if response.status_code != 200 and record["error"] is None:
+                    record["error"] = f"HTTP {response.status_code}"
+        except requests.RequestException as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        record["e2e"] = time.perf_counter() - started
+        RECORDS.write(json.dumps(record) + "\n")
+        self.environment.events.request.fire(
+            request_type="POST",
+            name="chat",
+            response_time=record["e2e"] * 1000,
+            response_length=len(record["text"]),
+            exception=RuntimeError(record["error"]) if record["error"] else None,
+            context={},
+        )
+
+
+class DrillShape(LoadTestShape):
+    """steady, step or spike, as the scenario's ``load.shape`` says."""
+
+    def tick(self) -> tuple[int, float] | None:
+        shape = CONFIG["shape"]
+        users, rate = CONFIG["users"], CONFIG["spawn_rate"]
+        elapsed: float = self.get_run_time()  # type: ignore[no-untyped-call]
+        if shape["kind"] == "step":
+            steps = int(elapsed // shape["every"])
+            return min(users, shape["start"] + steps * shape["step"]), rate
+        if shape["kind"] == "spike":
+            if shape["at"] <= elapsed < shape["at"] + shape["for_"]:
+                return users, rate
+            return shape["base"], rate
+        return users, rate

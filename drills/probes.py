@@ -1,0 +1,71 @@
+"""Probes: Prometheus scrapes of the stack's parts on an interval, kept for the journal."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["Prober"]
+
+logger = logging.getLogger(__name__)
+
+
+def parse_samples(text: str) -> list[dict[str, Any]]:
+    """Every sample except histogram buckets and ``_created`` stamps (they bloat the journal)."""
+    samples = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith(("_bucket", "_created")):
+                continue
+            samples.append(
+                {"name": sample.name, "labels": dict(sample.labels), "value": float(sample.value)}
+            )
+    return samples
+
+
+class Prober:
+    """Scrapes ``sources`` (name -> metrics URL) every ``interval`` seconds in a thread."""
+
+    def __init__(self, sources: dict[str, str], interval: float) -> None:
+        self.sources = sources
+        self.interval = interval
+        self.results: list[dict[str, Any]] = []
+        self.failures: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="drills-probes", daemon=True)
+        self._client = httpx.Client(timeout=min(interval, 2.0))
+
+    def scrape_once(self) -> None:
+        for source, url in self.sources.items():
+            started = time.time()
+            try:
+                response = self._client.get(url)
+                response.raise_for_status()
+                samples = parse_samples(response.text)
+            except (httpx.HTTPError, ValueError) as exc:
+                self.failures[source] = self.failures.get(source, 0) + 1
+                self.results.append(
+                    {"time": started, "source": source, "error": str(exc)[:200], "samples": []}
+                )
+                continue
+            self.results.append({"time": started, "source": source, "samples": samples})
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            self.scrape_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.scrape_once()  # a last picture after every fault is gone
+        self._client.close()

@@ -1,0 +1,504 @@
+"""The drill runner: one timeline of phases, load and faults, then checks and a journal.
+
+Order of a run:
+
+1. resolve the stack (attach to endpoints, or bring a profile up) and check it is healthy;
+2. refuse faults on hops the stack does not have (before anything is touched);
+3. sweep the ledger: remove faults a crashed earlier run left behind, and say so;
+4. start probes and load, then walk the phases; each fault is applied at its offset and
+   reverted at the end of its window, with evidence read back each time;
+5. abort conditions are watched on the live records; Ctrl-C and SIGTERM interrupt;
+6. whatever happens, every applied fault is reverted (an ``ExitStack``), load and probes stop;
+7. checks are evaluated over their windows; the journal is written and the reports rendered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from drills.checks import CheckResult, Evaluation, evaluate, is_error, percentile
+from drills.errors import ConfigError, RevertError, StackError
+from drills.ledger import Ledger
+from drills.load import LoadProcess, RecordReader, load_prompts
+from drills.probes import Prober
+from drills.scenario import Attach, Scenario, check_targets
+from drills.toxiproxy import ToxiproxyClient
+from drills.yamlsrc import YamlDocument
+from injectors import InjectionContext, Injector, build
+
+__all__ = ["Interrupted", "RunOptions", "Runner", "StackEndpoints", "resolve_stack"]
+
+logger = logging.getLogger(__name__)
+
+
+class Interrupted(Exception):
+    """The run was stopped by Ctrl-C, SIGTERM or ``drills abort``."""
+
+
+@dataclass(frozen=True)
+class StackEndpoints:
+    gateway: str
+    toxiproxy: str
+    metrics: dict[str, str]
+    profile: str | None = None
+    components: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path = Path("runs")
+    profile: str | None = None
+    attach: Attach | None = None
+    state_dir: Path | None = None
+    ledger: Path | None = None
+    progress: Callable[[str], None] | None = None
+
+
+def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
+    attach = options.attach or (scenario.stack if isinstance(scenario.stack, Attach) else None)
+    if attach is not None:
+        metrics = {
+            "gateway": f"{attach.gateway.rstrip('/')}/metrics",
+            "toxiproxy": f"{attach.toxiproxy.rstrip('/')}/metrics",
+            **attach.metrics,
+        }
+        return StackEndpoints(attach.gateway.rstrip("/"), attach.toxiproxy.rstrip("/"), metrics)
+    from stack import control
+
+    profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
+    status = control.up(profile, options.state_dir)
+    comps = {c.name: c for c in status.components}
+    metrics = {
+        "gateway": f"{comps['gateway'].endpoint}/metrics",
+        "toxiproxy": f"{comps['toxiproxy'].endpoint}/metrics",
+    }
+    for c in status.components:
+        if c.kind == "engine":
+            metrics[c.name] = f"{c.endpoint}/metrics"
+    return StackEndpoints(
+        comps["gateway"].endpoint,
+        comps["toxiproxy"].endpoint,
+        metrics,
+        profile,
+        [c.as_json() for c in status.components],
+    )
+
+
+@dataclass
+class FaultRun:
+    index: int
+    phase: str
+    offset: float
+    end: float
+    injector: Injector
+    spec: dict[str, Any]
+    applied_at: float | None = None
+    reverted_at: float | None = None
+    evidence: dict[str, Any] | None = None
+    revert: dict[str, Any] | None = None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "phase": self.phase,
+            "kind": self.injector.kind,
+            "target": self.injector.target,
+            "spec": self.spec,
+            "scheduled_offset": self.offset,
+            "scheduled_end": self.end,
+            "applied_at": self.applied_at,
+            "reverted_at": self.reverted_at,
+            "evidence": self.evidence,
+            "revert": self.revert,
+            "error": self.error,
+        }
+
+
+class Runner:
+    def __init__(self, scenario: Scenario, doc: YamlDocument | None, options: RunOptions) -> None:
+        self.scenario = scenario
+        self.doc = doc
+        self.options = options
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+        self.timeline: list[dict[str, Any]] = []
+        self.revert_errors: list[str] = []
+        self.t0 = 0.0
+        self._stop_reason: str | None = None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _event(self, event: str, **detail: Any) -> None:
+        now = time.time()
+        self.timeline.append(
+            {"time": now, "offset": now - self.t0 if self.t0 else 0.0, "event": event, **detail}
+        )
+        logger.info("%s %s", event, " ".join(f"{k}={v}" for k, v in detail.items()))
+
+    def _say(self, text: str) -> None:
+        if self.options.progress:
+            self.options.progress(text)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            raise Interrupted(signal.Signals(signum).name)
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> Path:
+        """Run the drill; return the run directory (journal and reports inside)."""
+        scenario = self.scenario
+        run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        endpoints = resolve_stack(scenario, self.options)
+        self._check_health(endpoints)
+        with ToxiproxyClient(endpoints.toxiproxy) as client:
+            check_targets(scenario, self.doc, sorted(client.proxies()))
+        ledger = Ledger(self.options.ledger)
+        leftovers = ledger.sweep()
+        for item in leftovers:
+            self._say(
+                f"removed a fault left by an earlier run: {item['kind']} on "
+                f"{item['target']} ({item.get('method')})"
+            )
+        context = InjectionContext(self.run_id, endpoints.toxiproxy)
+        faults: list[FaultRun] = []
+        offset = 0.0
+        phases: dict[str, tuple[float, float]] = {}
+        for phase in scenario.phases:
+            for fault in phase.inject:
+                start = offset + fault.at
+                end = start + fault.for_ if fault.for_ is not None else offset + phase.duration
+                faults.append(
+                    FaultRun(
+                        len(faults),
+                        phase.name,
+                        start,
+                        end,
+                        build(fault, context, len(faults)),
+                        fault.model_dump(mode="json", by_alias=True),
+                    )
+                )
+            offset += phase.duration
+
+        base = self.doc.path.parent if self.doc else Path.cwd()
+        records_path = run_dir / "records.jsonl"
+        load = LoadProcess(
+            endpoints.gateway,
+            scenario.load,
+            scenario.fallback,
+            load_prompts(scenario.load, base),
+            records_path,
+            scenario.duration + scenario.load.warmup,
+        )
+        prober = Prober(endpoints.metrics, scenario.probe_interval)
+        reader = RecordReader(records_path)
+        live: list[dict[str, Any]] = []
+        status = "completed"
+        abort: dict[str, Any] | None = None
+        started_at = time.time()
+        with self._signals():
+            try:
+                with contextlib.ExitStack() as stack:
+                    prober.start()
+                    stack.callback(prober.stop)
+                    load.start()
+                    stack.callback(load.stop)
+                    for planned in faults:
+                        stack.callback(self._revert, planned, ledger)
+                    self._warmup(reader, live)
+                    self.t0 = time.time()
+                    for name, (start, end) in self._phase_offsets().items():
+                        phases[name] = (self.t0 + start, self.t0 + end)
+                    abort = self._timeline(faults, ledger, reader, live)
+                    if abort is not None:
+                        status = "aborted"
+            except Interrupted as exc:
+                status = "interrupted"
+                self._event("interrupted", signal=str(exc))
+        ended_at = time.time()
+        records = live + reader.read_new()
+        if not phases:
+            phases = {p.name: (started_at, started_at) for p in scenario.phases}
+        evaluation = Evaluation(
+            scenario,
+            records,
+            phases,
+            (self.t0 or started_at, ended_at),
+            [f.as_json() for f in faults],
+            prober.results,
+        )
+        results = evaluate(evaluation)
+        verdict = self._verdict(status, results)
+        journal = self._journal(
+            run_dir,
+            endpoints,
+            status,
+            verdict,
+            abort,
+            started_at,
+            ended_at,
+            phases,
+            faults,
+            records,
+            prober,
+            results,
+            leftovers,
+        )
+        journal_path = run_dir / "journal.json"
+        journal_path.write_text(json.dumps(journal, indent=1, default=str))
+        from reports import render_all
+
+        render_all(journal_path)
+        return run_dir
+
+    def _check_health(self, endpoints: StackEndpoints) -> None:
+        for what, url in (
+            ("gateway", f"{endpoints.gateway}/health"),
+            ("toxiproxy", f"{endpoints.toxiproxy}/version"),
+        ):
+            try:
+                response = httpx.get(url, timeout=5)
+            except httpx.HTTPError as exc:
+                raise StackError(f"the stack's {what} at {url} is not reachable: {exc}") from None
+            if response.status_code != 200:
+                raise StackError(
+                    f"the stack's {what} at {url} is not healthy: HTTP {response.status_code}"
+                )
+
+    def _warmup(self, reader: RecordReader, live: list[dict[str, Any]]) -> None:
+        """Let the load start (Locust's own start-up, first requests to each engine) before
+        any window opens."""
+        deadline = time.monotonic() + self.scenario.load.warmup
+        while time.monotonic() < deadline:
+            live.extend(reader.read_new())
+            self._say(
+                f"[warm-up] {deadline - time.monotonic():3.0f}s left, {len(live)} request(s) done"
+            )
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+
+    def _phase_offsets(self) -> dict[str, tuple[float, float]]:
+        result, offset = {}, 0.0
+        for phase in self.scenario.phases:
+            result[phase.name] = (offset, offset + phase.duration)
+            offset += phase.duration
+        return result
+
+    def _apply(self, fault: FaultRun, ledger: Ledger) -> None:
+        key = f"{self.run_id}-{fault.index}"
+        ledger.record(key, fault.injector.ledger_entry())
+        try:
+            fault.evidence = fault.injector.apply()
+            fault.applied_at = fault.evidence.get("applied_at", time.time())
+        except Exception as exc:
+            fault.error = f"apply failed: {exc}"
+            self._event(
+                "fault_failed",
+                fault=fault.index,
+                kind=fault.injector.kind,
+                target=fault.injector.target,
+                error=str(exc),
+            )
+            raise
+        finally:
+            ledger.record(key, fault.injector.ledger_entry())
+        self._event(
+            "fault_applied",
+            fault=fault.index,
+            kind=fault.injector.kind,
+            target=fault.injector.target,
+        )
+
+    def _revert(self, fault: FaultRun, ledger: Ledger) -> None:
+        if fault.reverted_at is not None or (fault.applied_at is None and fault.error is None):
+            return
+        try:
+            fault.revert = fault.injector.revert()
+            fault.reverted_at = fault.revert.get("finished_at", time.time())
+        except RevertError as exc:
+            fault.error = f"revert failed: {exc}"
+            self.revert_errors.append(str(exc))
+            self._event("revert_failed", fault=fault.index, error=str(exc))
+            return
+        ledger.forget(f"{self.run_id}-{fault.index}")
+        self._event(
+            "fault_reverted",
+            fault=fault.index,
+            kind=fault.injector.kind,
+            target=fault.injector.target,
+            method=(fault.revert or {}).get("method"),
+        )
+
+    def _timeline(
+        self,
+        faults: list[FaultRun],
+        ledger: Ledger,
+        reader: RecordReader,
+        live: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        offsets = self._phase_offsets()
+        total = self.scenario.duration
+        current: str | None = None
+        last_tick = 0.0
+        while True:
+            now = time.time() - self.t0
+            if now >= total:
+                if current:
+                    self._event("phase_end", phase=current)
+                return None
+            phase = next(n for n, (s, e) in offsets.items() if s <= now < e)
+            if phase != current:
+                if current:
+                    self._event("phase_end", phase=current)
+                self._event("phase_start", phase=phase)
+                current = phase
+            for fault in faults:
+                if fault.applied_at is None and fault.error is None and now >= fault.offset:
+                    try:
+                        self._apply(fault, ledger)
+                    except Exception as exc:
+                        # A fault that did not land makes the drill meaningless: stop it.
+                        detail = {
+                            "reason": "a fault did not land",
+                            "fault": fault.index,
+                            "error": str(exc),
+                        }
+                        self._event("aborted", **detail)
+                        return detail
+                if fault.applied_at is not None and fault.reverted_at is None and now >= fault.end:
+                    self._revert(fault, ledger)
+            if now - last_tick >= 1.0:
+                last_tick = now
+                live.extend(reader.read_new())
+                self._progress(phase, now, offsets[phase], live)
+                abort = self._check_abort(live)
+                if abort is not None:
+                    self._event("aborted", **abort)
+                    return abort
+            time.sleep(0.05)
+
+    def _progress(
+        self, phase: str, now: float, window: tuple[float, float], live: list[dict[str, Any]]
+    ) -> None:
+        recent = [r for r in live if r["start"] >= time.time() - 10]
+        done = [r["e2e"] for r in recent if r.get("e2e") is not None]
+        rps = len(recent) / 10
+        p50 = f"{percentile(done, 50):.2f}s" if done else "-"
+        p99 = f"{percentile(done, 99):.2f}s" if done else "-"
+        errors = sum(is_error(r) for r in live)
+        fallbacks = sum(bool(r.get("fallback")) for r in live)
+        self._say(
+            f"[{phase} {now - window[0]:4.0f}s/{window[1] - window[0]:.0f}s] "
+            f"elapsed {now:4.0f}s  {rps:4.1f} req/s  p50 {p50}  p99 {p99}  "
+            f"requests {len(live)}  errors {errors}  fallbacks {fallbacks}"
+        )
+
+    def _check_abort(self, live: list[dict[str, Any]]) -> dict[str, Any] | None:
+        now = time.time()
+        for condition in self.scenario.abort_when:
+            window = [r for r in live if r["start"] >= now - condition.for_]
+            if len(window) < condition.min_requests:
+                continue
+            if condition.check == "error_rate":
+                rate = sum(is_error(r) for r in window) / len(window)
+            else:
+                rate = sum(bool(r.get("fallback")) for r in window) / len(window)
+            if rate > condition.above:
+                return {
+                    "check": condition.check,
+                    "observed": round(rate, 3),
+                    "above": condition.above,
+                    "for": condition.for_,
+                }
+        return None
+
+    def _verdict(self, status: str, results: list[CheckResult]) -> str:
+        if status in ("aborted", "interrupted"):
+            return status
+        if self.revert_errors or not all(r.passed for r in results):
+            return "failed"
+        return "passed"
+
+    def _journal(
+        self,
+        run_dir: Path,
+        endpoints: StackEndpoints,
+        status: str,
+        verdict: str,
+        abort: dict[str, Any] | None,
+        started_at: float,
+        ended_at: float,
+        phases: dict[str, tuple[float, float]],
+        faults: list[FaultRun],
+        records: list[dict[str, Any]],
+        prober: Prober,
+        results: list[CheckResult],
+        leftovers: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        scenario = self.scenario
+        return {
+            "format": 1,
+            "drill": scenario.drill,
+            "title": scenario.title,
+            "description": scenario.description,
+            "runbook": scenario.runbook,
+            "run_id": self.run_id,
+            "status": status,
+            "verdict": verdict,
+            "started_at": started_at,
+            "t0": self.t0,
+            "ended_at": ended_at,
+            "scenario_path": str(self.doc.path) if self.doc else None,
+            "scenario": scenario.model_dump(mode="json", by_alias=True),
+            "stack": {
+                "gateway": endpoints.gateway,
+                "toxiproxy": endpoints.toxiproxy,
+                "metrics": endpoints.metrics,
+                "profile": endpoints.profile,
+                "components": endpoints.components,
+            },
+            "phases": [{"name": n, "start": s, "end": e} for n, (s, e) in phases.items()],
+            "timeline": self.timeline,
+            "faults": [f.as_json() for f in faults],
+            "aborted": abort,
+            "revert_errors": self.revert_errors,
+            "leftovers_removed": leftovers,
+            "records": records,
+            "probes": prober.results,
+            "probe_failures": prober.failures,
+            "checks": [r.as_json() for r in results],
+            "run_dir": str(run_dir),
+        }
+
+
+def validate_only(paths: list[Path]) -> list[str]:
+    """Problems of each scenario file (empty when all are valid); touches nothing."""
+    from drills.scenario import load_scenario
+
+    problems: list[str] = []
+    for path in paths:
+        try:
+            load_scenario(path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    return problems

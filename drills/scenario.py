@@ -1,0 +1,421 @@
+"""Typed drill scenarios (``scenarios/*.yaml``).
+
+A scenario names a stack, a load, a timeline of phases with faults at offsets inside them, how a
+fallback answer is recognised, the checks that decide the verdict and the conditions that abort
+the drill early. ``load_scenario`` returns a validated ``Scenario`` or raises ``ConfigError``
+naming file, line, field path, the value and what is allowed; ``check_targets`` does the same for
+fault targets the stack does not have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from drills.errors import ConfigError
+from drills.units import Duration, Size
+from drills.yamlsrc import YamlDocument, load_yaml, parse_model
+
+__all__ = [
+    "CHECKS",
+    "AbortCondition",
+    "Attach",
+    "Check",
+    "FallbackRule",
+    "Fault",
+    "LoadConfig",
+    "Phase",
+    "Scenario",
+    "check_targets",
+    "load_scenario",
+]
+
+Loc = tuple[str | int, ...]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+class _ToxicBase(_Model):
+    target: str = Field(min_length=1)
+    """The Toxiproxy proxy (a hop of the stack: vllm-0, vllm-1, backup, ...)."""
+    at: Duration = 0.0
+    """Offset from the start of the phase."""
+    for_: Duration | None = Field(default=None, alias="for")
+    """How long the fault lasts; by default until the phase ends."""
+    stream: Literal["upstream", "downstream"] = "downstream"
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def toxic_attributes(self) -> dict[str, int]:
+        """Toxiproxy's attributes for this toxic, in Toxiproxy's own units."""
+        return {}
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+class LatencyFault(_ToxicBase):
+    kind: Literal["toxiproxy.latency"]
+    latency: Duration
+    jitter: Duration = 0.0
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"latency": _ms(self.latency), "jitter": _ms(self.jitter)}
+
+
+class DownFault(_ToxicBase):
+    """The hop is cut: the proxy stops listening (connections are refused)."""
+
+    kind: Literal["toxiproxy.down"]
+
+
+class TimeoutFault(_ToxicBase):
+    """Data stops flowing; the connection is closed after ``timeout`` (0: held open forever)."""
+
+    kind: Literal["toxiproxy.timeout"]
+    timeout: Duration = 0.0
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"timeout": _ms(self.timeout)}
+
+
+class BandwidthFault(_ToxicBase):
+    kind: Literal["toxiproxy.bandwidth"]
+    rate: Size
+    """Bytes per second (Toxiproxy counts in KB/s; rounded down, at least 1)."""
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"rate": max(1, self.rate // 1000)}
+
+
+class ResetPeerFault(_ToxicBase):
+    kind: Literal["toxiproxy.reset_peer"]
+    timeout: Duration = 0.0
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"timeout": _ms(self.timeout)}
+
+
+class SlowCloseFault(_ToxicBase):
+    kind: Literal["toxiproxy.slow_close"]
+    delay: Duration
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"delay": _ms(self.delay)}
+
+
+class SlicerFault(_ToxicBase):
+    kind: Literal["toxiproxy.slicer"]
+    average_size: Size
+    size_variation: Size = 0
+    delay: Duration = 0.0
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {
+            "average_size": self.average_size,
+            "size_variation": self.size_variation,
+            "delay": round(self.delay * 1_000_000),  # microseconds
+        }
+
+
+class LimitDataFault(_ToxicBase):
+    kind: Literal["toxiproxy.limit_data"]
+    bytes: Size
+
+    def toxic_attributes(self) -> dict[str, int]:
+        return {"bytes": self.bytes}
+
+
+Fault = Annotated[
+    LatencyFault
+    | DownFault
+    | TimeoutFault
+    | BandwidthFault
+    | ResetPeerFault
+    | SlowCloseFault
+    | SlicerFault
+    | LimitDataFault,
+    Field(discriminator="kind"),
+]
+
+# -- load -----------------------------------------------------------------------------------
+
+
+class SteadyShape(_Model):
+    kind: Literal["steady"] = "steady"
+
+
+class StepShape(_Model):
+    """Start with ``start`` users and add ``step`` every ``every`` up to the load's ``users``."""
+
+    kind: Literal["step"]
+    start: int = Field(default=1, ge=1)
+    step: int = Field(default=1, ge=1)
+    every: Duration
+
+
+class SpikeShape(_Model):
+    """``base`` users, jumping to the load's ``users`` at ``at`` (from the drill's start) for
+    ``for``."""
+
+    kind: Literal["spike"]
+    base: int = Field(default=1, ge=0)
+    at: Duration
+    for_: Duration = Field(alias="for")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class LoadConfig(_Model):
+    users: int = Field(ge=1, le=1000)
+    spawn_rate: float = Field(default=10.0, gt=0)
+    shape: Annotated[SteadyShape | StepShape | SpikeShape, Field(discriminator="kind")] = Field(
+        default_factory=SteadyShape
+    )
+    prompts: str | list[str] = Field(default_factory=lambda: ["Say hello in one short sentence."])
+    """A JSONL file (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line), relative to
+    the scenario file, or a list of prompts."""
+    max_tokens: int = Field(default=8, ge=1, le=4096)
+    stream: bool = True
+    wait: Duration = 1.0
+    """Think time between one user's requests. Without it a user fires its next request the
+    moment a fast fallback arrives, and the drill measures a flood instead of users."""
+    warmup: Duration = 10.0
+    """Load runs this long before the first phase starts; its requests count in no window."""
+    timeout: Duration = 60.0
+    """The client's own timeout for one request."""
+    model: str | None = None
+
+
+class FallbackRule(_Model):
+    """How a fallback answer is recognised: its text, or the gateway's route header."""
+
+    contains: str | None = None
+    header: str | None = "x-drills-route"
+    header_values: list[str] = Field(default_factory=lambda: ["fallback"])
+
+
+# -- phases, checks, aborts -----------------------------------------------------------------
+
+
+class Phase(_Model):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")
+    duration: Duration
+    inject: list[Fault] = Field(default_factory=list)
+    note: str = ""
+
+
+LATENCY_METRICS = ("ttft", "itl", "e2e")
+PERCENTILE = re.compile(r"^(ttft|itl|e2e)\.p(50|75|90|95|99|999)$")
+RATE_CHECKS = ("error_rate", "fallback_rate", "success_rate")
+CHECKS = (
+    "ttft.pNN",
+    "itl.pNN",
+    "e2e.pNN",
+    *RATE_CHECKS,
+    "throughput",
+    "prometheus",
+    "breaker_opened_within",
+    "recovered_within",
+)
+
+
+def check_family(name: str) -> str | None:
+    if PERCENTILE.match(name):
+        return "latency"
+    if name in RATE_CHECKS:
+        return "rate"
+    if name in ("throughput", "prometheus", "breaker_opened_within", "recovered_within"):
+        return name
+    return None
+
+
+class Check(_Model):
+    check: str
+    name: str | None = None
+    during: str | None = None
+    """A phase name; the whole drill if omitted."""
+    below: float | str | None = None
+    above: float | str | None = None
+    target: str | None = None
+    source: str | None = None
+    """prometheus: whose metrics (gateway, toxiproxy or an engine replica's name)."""
+    metric: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    agg: Literal["increase", "max", "min", "last"] = "last"
+    runbook: str | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Check:
+        family = check_family(self.check)
+        if family is None:
+            raise ValueError(
+                f"unknown check {self.check!r}; expected one of: {', '.join(CHECKS)} "
+                "(pNN: p50, p75, p90, p95, p99, p999)"
+            )
+        if self.below is None and self.above is None:
+            raise ValueError(f"check {self.check!r} needs a bound: below or above")
+        if family in ("breaker_opened_within", "recovered_within") and self.above is not None:
+            raise ValueError(f"check {self.check!r} takes only 'below' (a duration)")
+        if family == "breaker_opened_within" and not self.target:
+            raise ValueError("check 'breaker_opened_within' needs a target (an upstream name)")
+        if family == "prometheus" and not (self.metric and self.source):
+            raise ValueError("check 'prometheus' needs 'source' and 'metric'")
+        if family in ("latency", "breaker_opened_within", "recovered_within"):
+            for bound in (self.below, self.above):
+                if bound is not None and not isinstance(bound, str):
+                    raise ValueError(
+                        f"check {self.check!r} compares durations; write the bound with a unit "
+                        f"(e.g. 2s, 500ms), not {bound!r}"
+                    )
+        elif any(isinstance(b, str) for b in (self.below, self.above)):
+            raise ValueError(f"check {self.check!r} compares numbers, not durations")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = [self.check]
+        if self.target:
+            parts.append(self.target)
+        if self.metric:
+            parts.append(self.metric)
+        if self.during:
+            parts.append(f"during {self.during}")
+        return " ".join(parts)
+
+
+class AbortCondition(_Model):
+    check: Literal["error_rate", "fallback_rate"]
+    above: float = Field(ge=0, le=1)
+    for_: Duration = Field(default=10.0, alias="for")
+    min_requests: int = Field(default=3, ge=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Attach(_Model):
+    gateway: str
+    toxiproxy: str
+    metrics: dict[str, str] = Field(default_factory=dict)
+    """Extra Prometheus endpoints by source name (e.g. ``vllm-0: http://host:8000/metrics``)."""
+
+
+class SLO(_Model):
+    """What "recovered" means: every window of ``window`` meets these."""
+
+    error_rate: float = Field(default=0.05, ge=0, le=1)
+    """Errors and fallbacks together, as a share of requests."""
+    e2e_p90: Duration | None = None
+    """By default twice the baseline phase's p90 end-to-end time."""
+    window: Duration = 5.0
+
+
+class Scenario(_Model):
+    drill: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
+    title: str
+    description: str = ""
+    runbook: str | None = None
+    stack: str | Attach = "sound"
+    load: LoadConfig
+    fallback: FallbackRule = Field(default_factory=FallbackRule)
+    phases: list[Phase] = Field(min_length=1)
+    expect: list[Check] = Field(min_length=1)
+    abort_when: list[AbortCondition] = Field(default_factory=list)
+    slo: SLO = Field(default_factory=SLO)
+    probe_interval: Duration = 1.0
+
+    @property
+    def duration(self) -> float:
+        return sum(p.duration for p in self.phases)
+
+    def problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        names = [p.name for p in self.phases]
+        for i, phase in enumerate(self.phases):
+            if names.count(phase.name) > 1:
+                yield ("phases", i, "name"), "phase names must be unique", phase.name
+            if phase.duration <= 0:
+                yield ("phases", i, "duration"), "a phase must last longer than 0s", phase.duration
+            for j, fault in enumerate(phase.inject):
+                if fault.at >= phase.duration:
+                    yield (
+                        ("phases", i, "inject", j, "at"),
+                        f"starts after its phase ends (phase {phase.name!r} lasts "
+                        f"{phase.duration:g}s)",
+                        fault.at,
+                    )
+                elif fault.for_ is not None and fault.at + fault.for_ > phase.duration + 1e-9:
+                    yield (
+                        ("phases", i, "inject", j, "for"),
+                        f"ends after its phase (at + for > {phase.duration:g}s); faults are "
+                        "reverted when their phase ends",
+                        fault.for_,
+                    )
+        for i, check in enumerate(self.expect):
+            if check.during is not None and check.during not in names:
+                yield (
+                    ("expect", i, "during"),
+                    f"no phase of that name; expected one of: {', '.join(names)}",
+                    check.during,
+                )
+        targets = {f.target for p in self.phases for f in p.inject}
+        for i, check in enumerate(self.expect):
+            if check.check == "breaker_opened_within" and check.target not in targets:
+                yield (
+                    ("expect", i, "target"),
+                    "no fault of the drill targets it; expected one of: "
+                    + (", ".join(sorted(targets)) or "(no faults)"),
+                    check.target,
+                )
+            if check.check == "recovered_within" and not targets:
+                yield ("expect", i, "check"), "the drill injects no fault to recover from", None
+
+
+def _fault_locs(scenario: Scenario) -> Iterator[tuple[Loc, str]]:
+    for i, phase in enumerate(scenario.phases):
+        for j, fault in enumerate(phase.inject):
+            yield ("phases", i, "inject", j, "target"), fault.target
+
+
+def check_targets(scenario: Scenario, doc: YamlDocument | None, targets: list[str]) -> None:
+    """Refuse faults on targets the stack does not have (``targets``: its proxy names)."""
+    problems = []
+    for loc, target in _fault_locs(scenario):
+        if target not in targets:
+            where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+            problems.append(
+                f"{where}{'.'.join(str(p) for p in loc)}: the stack has no hop {target!r}; "
+                f"expected one of: {', '.join(targets)}"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
+    """Load and validate a scenario file. When it names a stack profile, fault targets are
+    checked against that profile's hops too (without touching anything)."""
+    doc = load_yaml(path)
+    scenario = parse_model(Scenario, doc)
+    if isinstance(scenario.stack, str):
+        from stack.config import load_stack_config
+
+        try:
+            config = load_stack_config(scenario.stack)
+        except ConfigError as exc:
+            raise ConfigError(
+                [f"{doc.path}:{doc.line_of(('stack',))} stack: {p}" for p in exc.problems]
+            ) from None
+        check_targets(scenario, doc, [u.name for u in config.upstreams])
+    return scenario, doc

@@ -1,0 +1,64 @@
+"""The one extension point of fault injection.
+
+An injector applies one fault and takes it away again. Its contract:
+
+- ``apply()`` changes the target and returns *evidence read back from it* that the fault is in
+  place (a drill never trusts that a call it made had its effect); it raises if the fault did
+  not land, and a selector that matches nothing is such a failure.
+- ``revert()`` restores the target and returns what it did. Reverting twice, or reverting what
+  was never applied, is harmless.
+- ``ledger_entry()`` describes the applied fault well enough for ``sweep`` in a later process to
+  revert it after this one crashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from drills.errors import InputError
+
+__all__ = ["REGISTRY", "InjectionContext", "Injector", "build"]
+
+
+@dataclass(frozen=True)
+class InjectionContext:
+    run_id: str
+    toxiproxy_url: str
+
+
+class Injector(Protocol):
+    kind: str
+    target: str
+
+    def apply(self) -> dict[str, Any]: ...
+
+    def revert(self) -> dict[str, Any]: ...
+
+    def ledger_entry(self) -> dict[str, Any]: ...
+
+
+Factory = Callable[[Any, InjectionContext, int], Injector]
+REGISTRY: dict[str, Factory] = {}
+
+
+def _load_entry_points() -> None:
+    for entry in entry_points(group="drills.injectors"):
+        REGISTRY.setdefault(entry.name, entry.load())
+
+
+def build(fault: Any, context: InjectionContext, index: int) -> Injector:
+    """The injector for ``fault`` (a scenario fault model), keyed by its ``kind``."""
+    if not REGISTRY:
+        from injectors import toxiproxy  # noqa: F401 - registers its kinds
+
+        _load_entry_points()
+    family = fault.kind.split(".", 1)[0]
+    factory = REGISTRY.get(fault.kind) or REGISTRY.get(family)
+    if factory is None:
+        raise InputError(
+            f"no injector for fault kind {fault.kind!r}; known: {', '.join(sorted(REGISTRY))}"
+        )
+    return factory(fault, context, index)

@@ -1,0 +1,145 @@
+"""Network faults through Toxiproxy: every toxic it has, plus cutting a hop entirely.
+
+Toxics are named ``drills-<run id>-<n>`` so that what a crashed run left behind can be told
+apart from anyone else's. Evidence is the proxy as Toxiproxy reports it after the change; the
+revert of a toxic falls back to recreating the proxy when Toxiproxy's own removal hangs (see
+``drills.toxiproxy``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from drills.errors import RevertError, ToxiproxyError
+from drills.scenario import DownFault
+from drills.toxiproxy import Proxy, Toxic, ToxiproxyClient
+from injectors.base import REGISTRY, InjectionContext
+
+__all__ = ["ToxiproxyInjector", "revert_entry"]
+
+TOXIC_PREFIX = "drills-"
+
+
+class ToxiproxyInjector:
+    def __init__(self, fault: Any, context: InjectionContext, index: int) -> None:
+        self.fault = fault
+        self.kind: str = fault.kind
+        self.target: str = fault.target
+        self.url = context.toxiproxy_url
+        self.toxic_name = f"{TOXIC_PREFIX}{context.run_id}-{index}"
+        self.snapshot: Proxy | None = None
+        self.applied = False
+
+    @property
+    def is_down(self) -> bool:
+        return isinstance(self.fault, DownFault)
+
+    def ledger_entry(self) -> dict[str, Any]:
+        snap = self.snapshot
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "toxiproxy": self.url,
+            "toxic": None if self.is_down else self.toxic_name,
+            "snapshot": None
+            if snap is None
+            else {
+                "name": snap.name,
+                "listen": snap.listen,
+                "upstream": snap.upstream,
+                "enabled": snap.enabled,
+                "toxics": [t.as_json() for t in snap.toxics],
+            },
+        }
+
+    def apply(self) -> dict[str, Any]:
+        with ToxiproxyClient(self.url) as client:
+            proxies = client.proxies()
+            if self.target not in proxies:
+                raise ToxiproxyError(
+                    f"Toxiproxy at {self.url} has no proxy {self.target!r}; it has: "
+                    f"{', '.join(sorted(proxies)) or 'none'}"
+                )
+            before = proxies[self.target]
+            # The proxy as it must be once this fault is gone (other faults' toxics kept).
+            self.snapshot = replace(
+                before, toxics=tuple(t for t in before.toxics if t.name != self.toxic_name)
+            )
+            started = time.time()
+            if self.is_down:
+                client.set_enabled(self.target, False)
+            else:
+                client.add_toxic(
+                    self.target,
+                    Toxic(
+                        self.toxic_name,
+                        self.kind.split(".", 1)[1],
+                        self.fault.stream,
+                        self.fault.toxicity,
+                        self.fault.toxic_attributes(),
+                    ),
+                )
+            self.applied = True
+            after = client.proxy(self.target)
+        landed = (
+            (not after.enabled)
+            if self.is_down
+            else any(t.name == self.toxic_name for t in after.toxics)
+        )
+        if not landed:
+            raise ToxiproxyError(f"{self.kind} on {self.target}: not found when read back")
+        return {
+            "applied_at": started,
+            "confirmed_at": time.time(),
+            "proxy": self.target,
+            "listen": after.listen,
+            "upstream": after.upstream,
+            "enabled": after.enabled,
+            "toxics": [t.as_json() for t in after.toxics],
+        }
+
+    def revert(self) -> dict[str, Any]:
+        if not self.applied:
+            return {"reverted": False, "reason": "never applied"}
+        started = time.time()
+        outcome = revert_entry(self.ledger_entry())
+        self.applied = False
+        return {"reverted": True, "started_at": started, "finished_at": time.time(), **outcome}
+
+
+def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Revert a fault from its ledger entry (also used to clean up after a crashed run)."""
+    snap = entry.get("snapshot")
+    snapshot = None
+    if snap is not None:
+        snapshot = Proxy(
+            snap["name"],
+            snap["listen"],
+            snap["upstream"],
+            snap["enabled"],
+            tuple(Toxic.from_json(t) for t in snap["toxics"]),
+        )
+    try:
+        with ToxiproxyClient(entry["toxiproxy"]) as client:
+            if entry.get("toxic") is None:
+                client.set_enabled(entry["target"], True if snapshot is None else snapshot.enabled)
+                return {"method": "enabled"}
+            method = client.remove_toxic(entry["target"], entry["toxic"], snapshot=snapshot)
+            return {"method": method}
+    except ToxiproxyError as exc:
+        raise RevertError(f"{entry['kind']} on {entry['target']}: {exc}") from exc
+
+
+for _kind in (
+    "latency",
+    "down",
+    "timeout",
+    "bandwidth",
+    "reset_peer",
+    "slow_close",
+    "slicer",
+    "limit_data",
+):
+    REGISTRY[f"toxiproxy.{_kind}"] = ToxiproxyInjector

@@ -1,0 +1,61 @@
+"""What every report needs from a journal: runbook links and per-window series."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["fmt_seconds", "runbook_link", "series"]
+
+
+def runbook_link(journal: dict[str, Any], runbook: str | None, out_dir: Path) -> str | None:
+    """A link to ``runbook`` (``path#anchor``, relative to the scenario file) usable from
+    ``out_dir``; absolute URLs are kept as they are."""
+    runbook = runbook or journal.get("runbook")
+    if not runbook:
+        return None
+    if "://" in runbook:
+        return runbook
+    path, _, anchor = runbook.partition("#")
+    scenario = journal.get("scenario_path")
+    base = Path(scenario).parent if scenario else Path.cwd()
+    target = (base / path).resolve()
+    rel = os.path.relpath(target, out_dir.resolve())
+    return rel + (f"#{anchor}" if anchor else "")
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
+
+
+def series(journal: dict[str, Any], bucket: float = 5.0) -> list[dict[str, Any]]:
+    """Per ``bucket`` seconds from t0: requests, errors, fallbacks, e2e/ttft p50 and p99."""
+    from drills.checks import is_error, percentile
+
+    t0 = journal.get("t0") or journal["started_at"]
+    end = journal["ended_at"]
+    rows = []
+    t = 0.0
+    records = journal["records"]
+    while t0 + t < end:
+        window = [r for r in records if t0 + t <= r["start"] < t0 + t + bucket]
+        e2e = [r["e2e"] for r in window if r.get("e2e") is not None]
+        ttft = [r["ttft"] for r in window if r.get("ttft") is not None]
+        rows.append(
+            {
+                "t": t,
+                "requests": len(window),
+                "rps": len(window) / bucket,
+                "errors": sum(is_error(r) for r in window),
+                "fallbacks": sum(bool(r.get("fallback")) for r in window),
+                "e2e_p50": percentile(e2e, 50) if e2e else None,
+                "e2e_p99": percentile(e2e, 99) if e2e else None,
+                "ttft_p50": percentile(ttft, 50) if ttft else None,
+                "ttft_p99": percentile(ttft, 99) if ttft else None,
+            }
+        )
+        t += bucket
+    return rows

@@ -1,0 +1,51 @@
+"""A Markdown summary fit for a pull-request comment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reports.common import runbook_link
+
+__all__ = ["render_markdown"]
+
+ICON = {"passed": "PASSED", "failed": "FAILED", "aborted": "ABORTED", "interrupted": "INTERRUPTED"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(journal: dict[str, Any], out_dir: Path) -> str:
+    lines = [
+        f"### Drill `{journal['drill']}`: **{ICON.get(journal['verdict'], journal['verdict'])}**",
+        "",
+        f"{_cell(journal['title'])}  ",
+        f"run `{journal['run_id']}`, {journal['ended_at'] - journal['started_at']:.0f} s, "
+        f"{len(journal['records'])} requests, "
+        f"stack `{journal['stack'].get('profile') or 'attached'}`",
+        "",
+        "| check | expected | observed | result |",
+        "|---|---|---|---|",
+    ]
+    for check in journal["checks"]:
+        result = "pass" if check["passed"] else "**FAIL**"
+        if not check["passed"]:
+            link = runbook_link(journal, check.get("runbook"), out_dir)
+            if link:
+                result += f" ([runbook]({link}))"
+        lines.append(
+            f"| {_cell(check['label'])} | {_cell(check['expected'])} | "
+            f"{_cell(check['observed_text'])} | {result} |"
+        )
+    if journal.get("aborted"):
+        lines += ["", f"Aborted: `{journal['aborted']}`"]
+    if journal["revert_errors"]:
+        lines += ["", "Faults that could not be reverted:"]
+        lines += [f"- {_cell(e)}" for e in journal["revert_errors"]]
+    if journal.get("leftovers_removed"):
+        lines += [
+            "",
+            f"Removed {len(journal['leftovers_removed'])} fault(s) left by an earlier run.",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,133 @@
+"""Checks over windows of request records and probe samples (pure logic; made-up records)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from drills.checks import Evaluation, evaluate, percentile
+from drills.scenario import Check, Scenario
+
+T0 = 1_800_000_000.0
+
+
+def scenario(*checks: dict[str, Any]) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "drill": "t",
+            "title": "t",
+            "load": {"users": 1},
+            "phases": [
+                {"name": "baseline", "duration": "10s"},
+                {
+                    "name": "fault",
+                    "duration": "10s",
+                    "inject": [{"kind": "toxiproxy.down", "target": "vllm-0"}],
+                },
+                {"name": "recovery", "duration": "20s"},
+            ],
+            "expect": list(checks),
+        }
+    )
+
+
+def rec(at: float, e2e: float = 0.5, status: int = 200, fallback: bool = False) -> dict[str, Any]:
+    return {
+        "start": T0 + at,
+        "ttft": e2e / 2,
+        "itl": [0.05],
+        "e2e": e2e,
+        "status": status,
+        "error": None if status == 200 else "HTTP 502",
+        "fallback": fallback,
+    }
+
+
+def ev(s: Scenario, records: list[dict[str, Any]], **kw: Any) -> Evaluation:
+    phases = {
+        "baseline": (T0, T0 + 10),
+        "fault": (T0 + 10, T0 + 20),
+        "recovery": (T0 + 20, T0 + 40),
+    }
+    faults = kw.pop(
+        "faults", [{"target": "vllm-0", "applied_at": T0 + 10.1, "reverted_at": T0 + 20.0}]
+    )
+    return Evaluation(s, records, phases, (T0, T0 + 40), faults, kw.pop("probes", []))
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([1.0], 99) == 1.0
+    assert percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
+    assert percentile(list(range(101)), 99) == pytest.approx(99)
+
+
+def test_a_check_with_no_data_fails_and_says_so() -> None:
+    s = scenario(
+        {"check": "e2e.p99", "during": "fault", "below": "2s"},
+        {"check": "error_rate", "during": "fault", "below": 0.1},
+    )
+    results = evaluate(ev(s, [rec(1), rec(2)]))
+    assert [r.passed for r in results] == [False, False]
+    assert results[0].observed_text == "no data"
+    assert "no e2e samples among 0 requests" in results[0].reason
+    assert results[1].reason == "no requests started in the window"
+
+
+def test_rates_and_latency_per_phase() -> None:
+    s = scenario(
+        {"check": "error_rate", "during": "fault", "below": 0.3},
+        {"check": "fallback_rate", "during": "fault", "above": 0.4},
+        {"check": "e2e.p50", "during": "baseline", "below": "600ms"},
+    )
+    records = [rec(i) for i in range(10)] + [
+        rec(11, status=502),
+        rec(12, fallback=True),
+        rec(13, fallback=True),
+        rec(14),
+    ]
+    results = evaluate(ev(s, records))
+    assert results[0].observed == pytest.approx(0.25) and results[0].passed
+    assert results[1].observed == pytest.approx(0.5) and results[1].passed
+    assert results[2].observed == pytest.approx(0.5) and results[2].passed
+
+
+def test_breaker_opened_within_reads_the_gateways_opening_time() -> None:
+    s = scenario({"check": "breaker_opened_within", "target": "vllm-0", "below": "5s"})
+    probes = [
+        {
+            "time": T0 + t,
+            "source": "gateway",
+            "samples": [
+                {
+                    "name": "drills_gateway_breaker_opened_timestamp_seconds",
+                    "labels": {"upstream": "vllm-0"},
+                    "value": opened,
+                }
+            ],
+        }
+        for t, opened in ((9, 0.0), (12, T0 + 12.6), (15, T0 + 12.6))
+    ]
+    [result] = evaluate(ev(s, [], probes=probes))
+    assert result.observed == pytest.approx(2.5) and result.passed
+    [never] = evaluate(ev(s, [], probes=probes[:1]))
+    assert not never.passed and "never opened" in never.reason
+
+
+def test_recovered_within_finds_the_first_window_meeting_the_slo() -> None:
+    s = scenario({"check": "recovered_within", "below": "5s"})
+    records = [rec(i * 0.5, e2e=0.4) for i in range(20)]  # baseline p90 0.4 -> bound 0.8
+    records += [rec(20 + i * 0.5, fallback=True, e2e=0.01) for i in range(12)]  # 6 s bad
+    records += [rec(26 + i * 0.5, e2e=0.45) for i in range(28)]
+    [result] = evaluate(ev(s, records))
+    assert result.observed == pytest.approx(6.0)
+    assert not result.passed and "held again 6.0s after the fault ended" in result.reason
+
+
+def test_check_model_refuses_incoherent_bounds() -> None:
+    with pytest.raises(ValueError, match="compares durations"):
+        Check(check="ttft.p99", below=2)
+    with pytest.raises(ValueError, match="needs a bound"):
+        Check(check="error_rate")
+    with pytest.raises(ValueError, match="needs a target"):
+        Check(check="breaker_opened_within", below="1s")

@@ -1,0 +1,212 @@
+"""Drills end to end against the real stack: load through Locust, latency through Toxiproxy,
+checks, journal and reports; the sound policy passes, the unsound one fails naming the checks;
+interrupts and crashes leave no fault behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from drills.ledger import Ledger
+from drills.runner import Runner, RunOptions
+from drills.scenario import Attach, load_scenario
+from stack.config import load_stack_config
+from tests.conftest import LiveGateway, RunningStack
+
+pytestmark = pytest.mark.stack
+
+ROOT = Path(__file__).resolve().parent.parent
+SHORT = ROOT / "tests" / "scenarios" / "short-latency.yaml"
+SHIPPED = ROOT / "scenarios" / "inference-latency.yaml"
+
+
+def toxiproxy_url(stack: RunningStack) -> str:
+    return f"http://{stack.config.host}:{stack.config.toxiproxy.api_port}"
+
+
+def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
+    scenario, doc = load_scenario(path)
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        attach=Attach(gateway=gateway, toxiproxy=toxiproxy_url(stack)),
+    )
+    run_dir = Runner(scenario, doc, options).run()
+    return json.loads((run_dir / "journal.json").read_text())
+
+
+def unsound_gateway(factory: Callable[..., LiveGateway]) -> LiveGateway:
+    unsound = load_stack_config("unsound").gateway.model_dump(mode="json")
+    sections = {k: v for k, v in unsound.items() if k != "port"}
+    return factory(backup=False, **sections)
+
+
+def by_label(journal: dict) -> dict[str, dict]:
+    return {c["label"]: c for c in journal["checks"]}
+
+
+def test_shipped_latency_drill_passes_on_the_sound_stack(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    journal = run(SHIPPED, stack.gateway_url, stack, tmp_path)
+    failed = [c for c in journal["checks"] if not c["passed"]]
+    assert journal["verdict"] == "passed", failed
+    assert journal["status"] == "completed"
+    # Evidence that each fault landed, read back from Toxiproxy, and that each was reverted.
+    for fault in journal["faults"]:
+        names = [t["name"] for t in fault["evidence"]["toxics"]]
+        assert any(n.startswith("drills-") for n in names)
+        assert fault["applied_at"] < fault["reverted_at"]
+        assert fault["revert"]["method"] in ("removed", "recreated")
+    assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
+    run_dir = Path(journal["run_dir"])
+    for name in ("index.html", "junit.xml", "summary.md", "records.jsonl"):
+        assert (run_dir / name).exists()
+    suite = ET.parse(run_dir / "junit.xml").getroot()
+    assert int(suite.get("tests", "0")) == len(journal["checks"]) + 1
+    assert suite.get("failures") == "0"
+
+
+def test_shipped_latency_drill_fails_on_the_unsound_policy_naming_the_checks(
+    stack: RunningStack, gateway_factory: Callable[..., LiveGateway], tmp_path: Path
+) -> None:
+    gw = unsound_gateway(gateway_factory)
+    journal = run(SHIPPED, gw.url, stack, tmp_path)
+    assert journal["verdict"] == "failed"
+    checks = by_label(journal)
+    failed = {label for label, c in checks.items() if not c["passed"]}
+    # No fallback text, so users got errors; no breakers, so none ever opened.
+    assert {
+        "fallback_rate during fault",
+        "error_rate during fault",
+        "breaker_opened_within vllm-0",
+    } <= failed, failed
+    assert checks["breaker_opened_within vllm-0"]["observed_text"] == "no data"
+    assert "never opened" in checks["breaker_opened_within vllm-0"]["reason"]
+    assert checks["error_rate during baseline"]["passed"]
+    # Failures link to the runbook step that covers them, in every report.
+    run_dir = Path(journal["run_dir"])
+    summary = (run_dir / "summary.md").read_text()
+    assert "llm-latency.md#fallback" in summary and "**FAIL**" in summary
+    junit = (run_dir / "junit.xml").read_text()
+    assert "runbook: runbooks/llm-latency.md#breakers" in junit
+    html = (run_dir / "index.html").read_text()
+    assert "llm-latency.md#breakers" in html
+
+
+def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "drills.cli",
+            "run",
+            str(SHORT),
+            "--gateway",
+            stack.gateway_url,
+            "--toxiproxy",
+            toxiproxy_url(stack),
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DRILLS_LEDGER": str(tmp_path / "ledger.json")},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = result.stdout.strip().splitlines()[-1]
+    assert report.startswith("report: ") and report.endswith("index.html")
+    assert Path(report.removeprefix("report: ")).exists()
+    assert "[fault" in result.stderr and "req/s" in result.stderr  # live progress
+    # A report re-renders from the journal alone.
+    run_dir = Path(report.removeprefix("report: ")).parent
+    (run_dir / "index.html").unlink()
+    again = subprocess.run(
+        [sys.executable, "-m", "drills.cli", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0 and (run_dir / "index.html").exists()
+
+
+def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "drills.cli",
+            "run",
+            str(SHORT),
+            "--gateway",
+            stack.gateway_url,
+            "--toxiproxy",
+            toxiproxy_url(stack),
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "DRILLS_LEDGER": str(tmp_path / "ledger.json")},
+    )
+
+
+def _wait_for_toxics(stack: RunningStack, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        toxics = [t for p in stack.toxiproxy.proxies().values() for t in p.toxics]
+        if len(toxics) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the faults never landed")
+
+
+def test_sigterm_reverts_every_fault_and_marks_the_run_interrupted(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    proc = _start_cli(stack, tmp_path)
+    _wait_for_toxics(stack, 3)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, output
+    assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
+    journal = json.loads(next((tmp_path / "runs").glob("*/journal.json")).read_text())
+    assert journal["status"] == "interrupted" and journal["verdict"] == "interrupted"
+    assert all(f["reverted_at"] for f in journal["faults"])
+    assert Ledger(tmp_path / "ledger.json").entries() == {}
+
+
+def test_faults_left_by_a_killed_run_are_removed_by_the_next_run(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    proc = _start_cli(stack, tmp_path)
+    _wait_for_toxics(stack, 3)
+    proc.kill()  # SIGKILL: no revert can run
+    proc.wait()
+    left = [t.name for p in stack.toxiproxy.proxies().values() for t in p.toxics]
+    assert len(left) == 3 and all(n.startswith("drills-") for n in left)
+    assert len(Ledger(tmp_path / "ledger.json").entries()) == 3
+
+    shutil.rmtree(tmp_path / "runs")
+    # The next run removes them before it starts, says so, and runs normally.
+    journal = run(SHORT, stack.gateway_url, stack, tmp_path)
+    removed = journal["leftovers_removed"]
+    assert sorted(r["target"] for r in removed) == ["backup", "vllm-0", "vllm-1"]
+    assert journal["timeline"][0]["event"] == "phase_start"
+    html = (Path(journal["run_dir"]) / "index.html").read_text()
+    assert "removed 3 fault(s) left behind by an earlier run" in html
+    assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
+    assert Ledger(tmp_path / "ledger.json").entries() == {}
+    assert journal["verdict"] == "passed", [c for c in journal["checks"] if not c["passed"]]

@@ -1,0 +1,181 @@
+"""Reports from a journal: the HTML in a real headless Chromium (escaping included), JUnit with
+one case per check, and the Markdown summary. The journal is built here: rendering is the
+subject, not the stack."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from reports import render_all
+
+HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+
+
+def journal(tmp_path: Path) -> Path:
+    t0 = 1_800_000_000.0
+    records = [
+        {
+            "start": t0 + i,
+            "ttft": 0.2,
+            "itl": [0.05],
+            "e2e": 0.5,
+            "status": 200,
+            "error": None,
+            "tokens": 4,
+            "fallback": i >= 10,
+            "route": "fallback" if i >= 10 else "primary",
+            "upstream": None,
+            "trace_id": "ab" * 16,
+            "text": HOSTILE if i == 3 else "hello",
+        }
+        for i in range(20)
+    ]
+    scenario_dir = tmp_path / "scenarios"
+    (scenario_dir / "runbooks").mkdir(parents=True)
+    (scenario_dir / "runbooks" / "llm-latency.md").write_text("# runbook\n## Fallback\n")
+    data: dict[str, Any] = {
+        "format": 1,
+        "drill": "demo",
+        "title": "Demo <drill>",
+        "description": "",
+        "runbook": None,
+        "run_id": "r1",
+        "status": "completed",
+        "verdict": "failed",
+        "started_at": t0 - 5,
+        "t0": t0,
+        "ended_at": t0 + 20,
+        "scenario_path": str(scenario_dir / "demo.yaml"),
+        "scenario": {},
+        "stack": {"gateway": "http://127.0.0.1:1", "profile": "sound"},
+        "phases": [
+            {"name": "baseline", "start": t0, "end": t0 + 10},
+            {"name": "fault", "start": t0 + 10, "end": t0 + 20},
+        ],
+        "timeline": [{"time": t0, "offset": 0, "event": "phase_start", "phase": "baseline"}],
+        "faults": [
+            {
+                "index": 0,
+                "phase": "fault",
+                "kind": "toxiproxy.latency",
+                "target": "vllm-0",
+                "spec": {},
+                "scheduled_offset": 10,
+                "scheduled_end": 20,
+                "applied_at": t0 + 10.05,
+                "reverted_at": t0 + 20.01,
+                "evidence": {"toxics": [{"name": "drills-r1-0"}]},
+                "revert": {"method": "removed"},
+                "error": None,
+            }
+        ],
+        "aborted": None,
+        "revert_errors": [],
+        "leftovers_removed": [],
+        "records": records,
+        "probes": [],
+        "probe_failures": {},
+        "checks": [
+            {
+                "label": "error_rate during baseline",
+                "check": "error_rate",
+                "during": "baseline",
+                "expected": "< 0.01",
+                "observed": 0.0,
+                "observed_text": "0.000",
+                "passed": True,
+                "reason": "within bounds",
+                "samples": 10,
+                "runbook": None,
+            },
+            {
+                "label": "fallback_rate during fault",
+                "check": "fallback_rate",
+                "during": "fault",
+                "expected": "< 0.5",
+                "observed": 1.0,
+                "observed_text": "1.000",
+                "passed": False,
+                "reason": "observed 1.000, expected < 0.5",
+                "samples": 10,
+                "runbook": "runbooks/llm-latency.md#fallback",
+            },
+        ],
+        "run_dir": str(tmp_path / "run"),
+    }
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "journal.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail(
+            "Chromium is needed to test the HTML report: apt-get install chromium "
+            "(stack/bootstrap.sh installs it when run as root)"
+        )
+    return found
+
+
+def test_html_report_renders_in_a_real_browser_with_model_output_escaped(tmp_path: Path) -> None:
+    paths = render_all(journal(tmp_path))
+    with tempfile.TemporaryDirectory() as profile:
+        result = subprocess.run(
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                paths["html"].as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    dom = result.stdout
+    assert "<title>demo: failed</title>" in dom  # the hostile script never ran
+    assert 'id="verdict"' in dom and "FAILED" in dom
+    assert dom.index('id="verdict"') < dom.index('id="checks"')  # verdict first
+    assert "<script>" not in dom and "onerror=alert" not in dom.replace("onerror=alert(1)&gt;", "")
+    assert "&lt;script&gt;document.title" in dom
+    assert "Demo &lt;drill&gt;" in dom
+    assert dom.count("<svg") == 3  # latency, throughput, errors and fallbacks
+    link = "../scenarios/runbooks/llm-latency.md#fallback"
+    assert f'href="{link}"' in dom
+    assert (paths["html"].parent / link.split("#")[0]).resolve().exists()
+
+
+def test_junit_has_one_case_per_check_and_markdown_links_failures(tmp_path: Path) -> None:
+    paths = render_all(journal(tmp_path))
+    suite = ET.parse(paths["junit"]).getroot()
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "error_rate during baseline",
+        "fallback_rate during fault",
+        "every fault reverted",
+    ]
+    failure = cases[1].find("failure")
+    assert failure is not None and "observed 1.000, expected < 0.5" in (failure.text or "")
+    assert "runbook: runbooks/llm-latency.md#fallback" in (failure.text or "")
+    assert suite.get("failures") == "1"
+    summary = paths["markdown"].read_text()
+    assert "**FAILED**" in summary
+    assert "| fallback_rate during fault | < 0.5 | 1.000 | **FAIL** ([runbook]" in summary
