@@ -1,11 +1,12 @@
 """A deliberately fast stub of an OpenAI-compatible streaming upstream, for benchmarks of the
 harness's and the gateway's own costs (never a stand-in for vLLM in tests of vLLM).
 
-    python bench/stub_upstream.py PORT [TOKENS]
+    python bench/stub_upstream.py PORT [TOKENS] [FIRST_TOKEN_DELAY_SECONDS]
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+FIRST_TOKEN_DELAY = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 
 
 async def chat(request: Request) -> Response:
@@ -37,6 +39,8 @@ async def chat(request: Request) -> Response:
             ],
         }
         yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        if FIRST_TOKEN_DELAY:
+            await asyncio.sleep(FIRST_TOKEN_DELAY)
         for i in range(TOKENS):
             last = i == TOKENS - 1
             chunk = {

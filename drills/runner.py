@@ -21,6 +21,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -181,7 +182,9 @@ class Runner:
                 f"removed a fault left by an earlier run: {item['kind']} on "
                 f"{item['target']} ({item.get('method')})"
             )
-        context = InjectionContext(self.run_id, endpoints.toxiproxy)
+        shared = ToxiproxyClient(endpoints.toxiproxy)
+        shared.version()  # open the kept-alive connection before the first fault is due
+        context = InjectionContext(self.run_id, endpoints.toxiproxy, shared)
         faults: list[FaultRun] = []
         offset = 0.0
         phases: dict[str, tuple[float, float]] = {}
@@ -236,6 +239,8 @@ class Runner:
             except Interrupted as exc:
                 status = "interrupted"
                 self._event("interrupted", signal=str(exc))
+            finally:
+                shared.close()
         ended_at = time.time()
         records = live + reader.read_new()
         if not phases:
@@ -372,21 +377,27 @@ class Runner:
                     self._event("phase_end", phase=current)
                 self._event("phase_start", phase=phase)
                 current = phase
-            for fault in faults:
-                if fault.applied_at is None and fault.error is None and now >= fault.offset:
-                    try:
-                        self._apply(fault, ledger)
-                    except Exception as exc:
-                        # A fault that did not land makes the drill meaningless: stop it.
-                        detail = {
-                            "reason": "a fault did not land",
-                            "fault": fault.index,
-                            "error": str(exc),
-                        }
-                        self._event("aborted", **detail)
-                        return detail
-                if fault.applied_at is not None and fault.reverted_at is None and now >= fault.end:
-                    self._revert(fault, ledger)
+            due = [
+                f for f in faults if f.applied_at is None and f.error is None and now >= f.offset
+            ]
+            for fault, error in zip(
+                due, self._parallel(lambda f: self._apply(f, ledger), due), strict=True
+            ):
+                if error is not None:
+                    # A fault that did not land makes the drill meaningless: stop it.
+                    detail = {
+                        "reason": "a fault did not land",
+                        "fault": fault.index,
+                        "error": str(error),
+                    }
+                    self._event("aborted", **detail)
+                    return detail
+            ending = [
+                f
+                for f in faults
+                if f.applied_at is not None and f.reverted_at is None and now >= f.end
+            ]
+            self._parallel(lambda f: self._revert(f, ledger), ending)
             if now - last_tick >= 1.0:
                 last_tick = now
                 live.extend(reader.read_new())
@@ -395,7 +406,32 @@ class Runner:
                 if abort is not None:
                     self._event("aborted", **abort)
                     return abort
-            time.sleep(0.05)
+            upcoming = [f.offset for f in faults if f.applied_at is None and f.error is None]
+            upcoming += [
+                f.end for f in faults if f.applied_at is not None and f.reverted_at is None
+            ]
+            upcoming += [min(total, last_tick + 1.0)]
+            time.sleep(min(max(min(upcoming) - (time.time() - self.t0), 0.001), 0.05))
+
+    @staticmethod
+    def _parallel(
+        action: Callable[[FaultRun], None], faults: list[FaultRun]
+    ) -> list[Exception | None]:
+        """Run ``action`` on every fault at once (faults due together land together)."""
+        if not faults:
+            return []
+
+        def one(fault: FaultRun) -> Exception | None:
+            try:
+                action(fault)
+            except Exception as exc:
+                return exc
+            return None
+
+        if len(faults) == 1:
+            return [one(faults[0])]
+        with ThreadPoolExecutor(max_workers=len(faults)) as pool:
+            return list(pool.map(one, faults))
 
     def _progress(
         self, phase: str, now: float, window: tuple[float, float], live: list[dict[str, Any]]

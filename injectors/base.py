@@ -27,6 +27,9 @@ __all__ = ["REGISTRY", "InjectionContext", "Injector", "build"]
 class InjectionContext:
     run_id: str
     toxiproxy_url: str
+    toxiproxy: Any = None
+    """A ``ToxiproxyClient`` shared by the run's injectors (kept-alive connection: faults land
+    within milliseconds of their scheduled time); one is made per call if absent."""
 
 
 class Injector(Protocol):

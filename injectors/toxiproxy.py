@@ -9,6 +9,8 @@ revert of a toxic falls back to recreating the proxy when Toxiproxy's own remova
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +30,7 @@ class ToxiproxyInjector:
         self.kind: str = fault.kind
         self.target: str = fault.target
         self.url = context.toxiproxy_url
+        self.shared: ToxiproxyClient | None = context.toxiproxy
         self.toxic_name = f"{TOXIC_PREFIX}{context.run_id}-{index}"
         self.snapshot: Proxy | None = None
         self.applied = False
@@ -54,15 +57,25 @@ class ToxiproxyInjector:
             },
         }
 
+    @contextmanager
+    def _client(self) -> Iterator[ToxiproxyClient]:
+        if self.shared is not None:
+            yield self.shared
+        else:
+            with ToxiproxyClient(self.url) as client:
+                yield client
+
     def apply(self) -> dict[str, Any]:
-        with ToxiproxyClient(self.url) as client:
-            proxies = client.proxies()
-            if self.target not in proxies:
+        with self._client() as client:
+            try:
+                before = client.proxy(self.target)
+            except ToxiproxyError as exc:
+                if "HTTP 404" not in str(exc):
+                    raise
                 raise ToxiproxyError(
                     f"Toxiproxy at {self.url} has no proxy {self.target!r}; it has: "
-                    f"{', '.join(sorted(proxies)) or 'none'}"
-                )
-            before = proxies[self.target]
+                    f"{', '.join(sorted(client.proxies())) or 'none'}"
+                ) from None
             # The proxy as it must be once this fault is gone (other faults' toxics kept).
             self.snapshot = replace(
                 before, toxics=tuple(t for t in before.toxics if t.name != self.toxic_name)
@@ -104,12 +117,12 @@ class ToxiproxyInjector:
         if not self.applied:
             return {"reverted": False, "reason": "never applied"}
         started = time.time()
-        outcome = revert_entry(self.ledger_entry())
+        outcome = revert_entry(self.ledger_entry(), self.shared)
         self.applied = False
         return {"reverted": True, "started_at": started, "finished_at": time.time(), **outcome}
 
 
-def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
+def revert_entry(entry: dict[str, Any], shared: ToxiproxyClient | None = None) -> dict[str, Any]:
     """Revert a fault from its ledger entry (also used to clean up after a crashed run)."""
     snap = entry.get("snapshot")
     snapshot = None
@@ -122,7 +135,7 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
             tuple(Toxic.from_json(t) for t in snap["toxics"]),
         )
     try:
-        with ToxiproxyClient(entry["toxiproxy"]) as client:
+        with ToxiproxyClient(entry["toxiproxy"]) if shared is None else _borrowed(shared) as client:
             if entry.get("toxic") is None:
                 client.set_enabled(entry["target"], True if snapshot is None else snapshot.enabled)
                 return {"method": "enabled"}
@@ -130,6 +143,11 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
             return {"method": method}
     except ToxiproxyError as exc:
         raise RevertError(f"{entry['kind']} on {entry['target']}: {exc}") from exc
+
+
+@contextmanager
+def _borrowed(client: ToxiproxyClient) -> Iterator[ToxiproxyClient]:
+    yield client  # not closed: it belongs to the run
 
 
 for _kind in (

