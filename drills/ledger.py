@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from drills.system import pid_alive, state_home
+
 __all__ = ["Ledger", "default_ledger_path"]
 
 logger = logging.getLogger(__name__)
@@ -23,23 +25,7 @@ logger = logging.getLogger(__name__)
 
 def default_ledger_path() -> Path:
     env = os.environ.get("DRILLS_LEDGER")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "drills" / "active-faults.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
+    return Path(env) if env else state_home() / "active-faults.json"
 
 
 class Ledger:
@@ -79,7 +65,7 @@ class Ledger:
 
         removed = []
         for key, entry in self.entries().items():
-            if _alive(int(entry.get("pid", 0))) and int(entry["pid"]) != os.getpid():
+            if pid_alive(int(entry.get("pid", 0))) and int(entry["pid"]) != os.getpid():
                 continue
             try:
                 outcome = revert_entry(entry)

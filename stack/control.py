@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from drills.errors import StackError, StackNotRunning, ToxiproxyError
+from drills.system import pid_alive
 from drills.toxiproxy import ToxiproxyClient
 from stack.config import StackConfig, load_stack_config, profile_path
 from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
@@ -74,23 +75,6 @@ class StackStatus:
         }
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _cmdline(pid: int) -> str:
     try:
         return (
@@ -100,10 +84,10 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _supervisor_alive(state: StackState | None) -> bool:
+def _supervisorpid_alive(state: StackState | None) -> bool:
     return (
         state is not None
-        and _alive(state.supervisor_pid)
+        and pid_alive(state.supervisor_pid)
         and "stack.supervisor" in _cmdline(state.supervisor_pid)
     )
 
@@ -137,7 +121,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
     state = read_state(state_dir)
     if state is None:
         raise StackNotRunning(f"no stack has been started with state directory {state_dir}")
-    running = _supervisor_alive(state)
+    running = _supervisorpid_alive(state)
     components = state.components
     proxies: dict[str, Any] = {}
     toxi = components.get("toxiproxy")
@@ -260,7 +244,7 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
     config = load_stack_config(source)
     state_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(state_dir)
-    if _supervisor_alive(state):
+    if _supervisorpid_alive(state):
         assert state is not None
         running_copy = state_dir / "stack.yaml"
         if running_copy.exists() and running_copy.read_text() == source.read_text():
@@ -367,13 +351,13 @@ def down(state_dir: Path | None = None, timeout: float = 30.0) -> bool:
     if state is None:
         return False
     stopped_any = False
-    if _supervisor_alive(state):
+    if _supervisorpid_alive(state):
         stopped_any = True
         os.kill(state.supervisor_pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _alive(state.supervisor_pid) and time.monotonic() < deadline:
+        while pid_alive(state.supervisor_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(state.supervisor_pid):
+        if pid_alive(state.supervisor_pid):
             logger.warning(
                 "supervisor %d did not stop in %.0fs; killing it", state.supervisor_pid, timeout
             )

@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drills.system import state_home
+
 __all__ = ["Event", "StackState", "default_state_dir", "read_events", "read_state", "write_json"]
 
 
 def default_state_dir() -> Path:
     env = os.environ.get("DRILLS_STATE_DIR")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "drills" / "stack"
+    return Path(env) if env else state_home() / "stack"
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -45,6 +45,23 @@ def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
     return json.loads((run_dir / "journal.json").read_text())
 
 
+def run_argv(stack: RunningStack, tmp_path: Path) -> list[str]:
+    """`drills run` of the short drill, attached to the session's stack."""
+    return [
+        sys.executable,
+        "-m",
+        "drills.cli",
+        "run",
+        str(SHORT),
+        "--gateway",
+        stack.gateway_url,
+        "--toxiproxy",
+        toxiproxy_url(stack),
+        "--out",
+        str(tmp_path / "runs"),
+    ]
+
+
 def unsound_gateway(factory: Callable[..., LiveGateway]) -> LiveGateway:
     unsound = load_stack_config("unsound").gateway.model_dump(mode="json")
     sections = {k: v for k, v in unsound.items() if k != "port"}
@@ -104,19 +121,7 @@ def test_shipped_latency_drill_fails_on_the_unsound_policy_naming_the_checks(
 
 def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "drills.cli",
-            "run",
-            str(SHORT),
-            "--gateway",
-            stack.gateway_url,
-            "--toxiproxy",
-            toxiproxy_url(stack),
-            "--out",
-            str(tmp_path / "runs"),
-        ],
+        run_argv(stack, tmp_path),
         capture_output=True,
         text=True,
         timeout=300,
@@ -141,19 +146,7 @@ def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) 
 
 def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "drills.cli",
-            "run",
-            str(SHORT),
-            "--gateway",
-            stack.gateway_url,
-            "--toxiproxy",
-            toxiproxy_url(stack),
-            "--out",
-            str(tmp_path / "runs"),
-        ],
+        run_argv(stack, tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

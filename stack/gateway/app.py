@@ -89,6 +89,19 @@ class Gateway:
         }
         return JSONResponse(body, status_code=status, headers=headers)
 
+    def _served(self, routed: Routed, trace: TraceContext, started: float) -> None:
+        """Account for a request an upstream answered in full."""
+        assert routed.stream is not None
+        self._observe(routed.route, 200, started)
+        logger.info(
+            "trace=%s served by %s (%s) in %.3fs after %d attempts",
+            trace.trace_id,
+            routed.stream.upstream.name,
+            routed.route,
+            time.monotonic() - started,
+            routed.attempts,
+        )
+
     def _observe(self, route: str, code: int, started: float) -> None:
         self.metrics.requests.labels(route, str(code)).inc()
         self.metrics.request_seconds.labels(route).observe(time.monotonic() - started)
@@ -329,15 +342,7 @@ class Gateway:
                     return
                 yield b"data: [DONE]\n\n"
                 failure = None
-                self._observe(route, 200, started)
-                logger.info(
-                    "trace=%s served by %s (%s) in %.3fs after %d attempts",
-                    trace.trace_id,
-                    stream.upstream.name,
-                    route,
-                    time.monotonic() - started,
-                    routed.attempts,
-                )
+                self._served(routed, trace, started)
             finally:
                 await stream.close()
                 self.router.finish(stream, failure)
@@ -398,15 +403,7 @@ class Gateway:
             "usage": usage,
         }
         self.metrics.ttft_seconds.labels(route).observe(stream.first_token_at - started)
-        self._observe(route, 200, started)
-        logger.info(
-            "trace=%s served by %s (%s) in %.3fs after %d attempts",
-            trace.trace_id,
-            stream.upstream.name,
-            route,
-            time.monotonic() - started,
-            routed.attempts,
-        )
+        self._served(routed, trace, started)
         return JSONResponse(
             body, headers=self._headers(trace, route, routed.attempts, stream.upstream.name)
         )
