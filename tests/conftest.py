@@ -9,7 +9,6 @@ same Toxiproxy proxies.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -23,7 +22,8 @@ import pytest
 import uvicorn
 import yaml
 
-from drills.toxiproxy import Proxy, ToxiproxyClient
+from drills.system import pid_alive
+from drills.toxiproxy import ToxiproxyClient
 from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
@@ -79,7 +79,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
         client.close()
         pids = _stack_pids(state_dir)
         control.down(state_dir)
-        leftovers = [pid for pid in pids if _exists(pid)]
+        leftovers = [pid for pid in pids if pid_alive(pid)]
         assert not leftovers, f"processes left behind by `stack down`: {leftovers}"
 
 
@@ -93,24 +93,6 @@ def _stack_pids(state_dir: Path) -> list[int]:
         if comp.get("pgid"):
             pids.extend(control._group_members(int(comp["pgid"])))
     return pids
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(") ", 1)[1][0] != "Z"
-
-
-def clean_snapshots(config: StackConfig) -> list[Proxy]:
-    """Every proxy of the stack as it is with no fault applied."""
-    host = config.host
-    return [
-        Proxy(u.name, f"{host}:{u.listen_port}", f"{host}:{u.upstream_port}", True)
-        for u in config.upstreams
-    ]
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from drills.system import pid_alive
 from stack import control
 
 
@@ -23,14 +24,6 @@ def _group() -> subprocess.Popen[bytes]:
         "time.sleep(60)"
     )
     return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(") ", 1)[1][0] != "Z"
 
 
 def test_down_sweeps_groups_left_by_a_dead_supervisor(tmp_path: Path) -> None:
@@ -59,11 +52,11 @@ def test_down_sweeps_groups_left_by_a_dead_supervisor(tmp_path: Path) -> None:
     try:
         assert control.down(tmp_path) is True
         time.sleep(0.2)
-        assert not any(_alive(pid) for pid in orphans)
-        assert _alive(unrelated.pid)
+        assert not any(pid_alive(pid) for pid in orphans)
+        assert pid_alive(unrelated.pid)
     finally:
         unrelated.kill()
         unrelated.wait()
         for pid in orphans:
-            if _alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, 9)
