@@ -95,6 +95,15 @@ def _stack_pids(state_dir: Path) -> list[int]:
     return pids
 
 
+def clean_snapshots(config: StackConfig) -> list[Proxy]:
+    """Every proxy of the stack as it is with no fault applied."""
+    host = config.host
+    return [
+        Proxy(u.name, f"{host}:{u.listen_port}", f"{host}:{u.upstream_port}", True)
+        for u in config.upstreams
+    ]
+
+
 @pytest.fixture
 def toxi(stack: RunningStack) -> Iterator[ToxiproxyClient]:
     """The stack's Toxiproxy, reset (every proxy enabled, no toxic) before and after the test."""
