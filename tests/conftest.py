@@ -23,7 +23,7 @@ import uvicorn
 import yaml
 
 from drills.system import pid_alive
-from drills.toxiproxy import ToxiproxyClient
+from drills.toxiproxy import Proxy, ToxiproxyClient
 from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
