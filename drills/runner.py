@@ -245,6 +245,10 @@ class Runner:
         records = live + reader.read_new()
         if not phases:
             phases = {p.name: (started_at, started_at) for p in scenario.phases}
+        for record in records:
+            record["phase"] = next(
+                (n for n, (s, e) in phases.items() if s <= record["start"] < e), "warmup"
+            )
         evaluation = Evaluation(
             scenario,
             records,

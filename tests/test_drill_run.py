@@ -18,6 +18,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from drills.ledger import Ledger
+from drills.system import pid_alive
 from drills.runner import Runner, RunOptions
 from drills.scenario import Attach, load_scenario
 from stack.config import load_stack_config
@@ -154,6 +155,21 @@ def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
+def _load_processes(tmp_path: Path) -> list[int]:
+    """Locust processes started for runs under ``tmp_path`` (found by their environment)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"DRILLS_LOAD_CONFIG={tmp_path}".encode() in environ:
+            pids.append(int(entry.name))
+    return pids
+
+
 def _wait_for_toxics(stack: RunningStack, count: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -184,8 +200,15 @@ def test_faults_left_by_a_killed_run_are_removed_by_the_next_run(
 ) -> None:
     proc = _start_cli(stack, tmp_path)
     _wait_for_toxics(stack, 3)
+    load = _load_processes(tmp_path)
+    assert load, "the run's Locust process was not found"
     proc.kill()  # SIGKILL: no revert can run
     proc.wait()
+    # Its load dies with it: nothing keeps hammering a stack nobody watches.
+    deadline = time.monotonic() + 15
+    while any(pid_alive(pid) for pid in load) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(pid_alive(pid) for pid in load)
     left = [t.name for p in stack.toxiproxy.proxies().values() for t in p.toxics]
     assert len(left) == 3 and all(n.startswith("drills-") for n in left)
     assert len(Ledger(tmp_path / "ledger.json").entries()) == 3
@@ -201,3 +224,21 @@ def test_faults_left_by_a_killed_run_are_removed_by_the_next_run(
     assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
     assert Ledger(tmp_path / "ledger.json").entries() == {}
     assert journal["verdict"] == "passed", [c for c in journal["checks"] if not c["passed"]]
+
+
+def test_abort_condition_stops_the_drill_and_reverts(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    journal = run(
+        ROOT / "tests" / "scenarios" / "abort-on-fallbacks.yaml", stack.gateway_url, stack, tmp_path
+    )
+    assert time.monotonic() - started < 40  # far less than the 68 s the phases add up to
+    assert journal["status"] == "aborted" and journal["verdict"] == "aborted"
+    assert journal["aborted"]["check"] == "fallback_rate" and journal["aborted"]["observed"] > 0.5
+    assert [e["event"] for e in journal["timeline"]].count("aborted") == 1
+    assert all(f["reverted_at"] for f in journal["faults"])
+    assert all(p.enabled and p.toxics == () for p in stack.toxiproxy.proxies().values())
+    assert {r["phase"] for r in journal["records"]} <= {"warmup", "baseline", "fault"}
+    suite = ET.parse(Path(journal["run_dir"]) / "junit.xml").getroot()
+    assert suite.get("errors") == "1"

@@ -193,3 +193,76 @@ def test_removal_stuck_in_stock_toxiproxy_falls_back_to_recreating_the_proxy(
     with socket.create_connection((host, int(port)), timeout=10) as conn:
         assert conn.recv(1) == b"x"
     assert time.monotonic() - started < 0.3
+
+
+@pytest.mark.parametrize(
+    ("fault", "attributes"),
+    [
+        (
+            {"kind": "toxiproxy.latency", "latency": "250ms", "jitter": "50ms"},
+            {"latency": 250, "jitter": 50},
+        ),
+        ({"kind": "toxiproxy.timeout", "timeout": "2s"}, {"timeout": 2000}),
+        ({"kind": "toxiproxy.bandwidth", "rate": "64KB"}, {"rate": 64}),
+        ({"kind": "toxiproxy.reset_peer", "timeout": "100ms"}, {"timeout": 100}),
+        ({"kind": "toxiproxy.slow_close", "delay": "1s"}, {"delay": 1000}),
+        (
+            {
+                "kind": "toxiproxy.slicer",
+                "average_size": "64B",
+                "size_variation": "16B",
+                "delay": "2ms",
+            },
+            {"average_size": 64, "size_variation": 16, "delay": 2000},
+        ),
+        ({"kind": "toxiproxy.limit_data", "bytes": "1KiB"}, {"bytes": 1024}),
+    ],
+    ids=lambda v: v["kind"] if isinstance(v, dict) and "kind" in v else "",
+)
+def test_every_toxic_kind_lands_with_its_attributes_and_reverts(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer, fault: dict, attributes: dict
+) -> None:
+    from drills.scenario import Phase
+    from injectors import InjectionContext, build
+
+    _make_proxy(toxiproxy, upstream)
+    spec = Phase.model_validate(
+        {
+            "name": "p",
+            "duration": "10s",
+            "inject": [{**fault, "target": "up", "stream": "upstream", "toxicity": 0.5}],
+        }
+    ).inject[0]
+    injector = build(spec, InjectionContext("t1", toxiproxy.base_url, toxiproxy), 0)
+    evidence = injector.apply()
+    [toxic] = evidence["toxics"]
+    assert toxic["type"] == fault["kind"].split(".")[1]
+    assert toxic["stream"] == "upstream" and toxic["toxicity"] == 0.5
+    assert {k: toxic["attributes"][k] for k in attributes} == attributes
+    assert injector.revert()["method"] == "removed"
+    assert injector.revert() == {"reverted": False, "reason": "never applied"}  # twice: harmless
+    assert toxiproxy.toxics("up") == []
+
+
+def test_down_fault_disables_the_hop_and_reverts(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer
+) -> None:
+    from drills.scenario import Phase
+    from injectors import InjectionContext, build
+
+    proxy = _make_proxy(toxiproxy, upstream)
+    spec = Phase.model_validate(
+        {"name": "p", "duration": "10s", "inject": [{"kind": "toxiproxy.down", "target": "up"}]}
+    ).inject[0]
+    injector = build(spec, InjectionContext("t2", toxiproxy.base_url, toxiproxy), 0)
+    assert injector.apply()["enabled"] is False
+    host, port = proxy.listen.rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2)
+    assert injector.revert()["method"] == "enabled"
+    assert toxiproxy.proxy("up").enabled
+    missing = Phase.model_validate(
+        {"name": "p", "duration": "10s", "inject": [{"kind": "toxiproxy.down", "target": "nope"}]}
+    ).inject[0]
+    with pytest.raises(ToxiproxyError, match="has no proxy 'nope'; it has: up"):
+        build(missing, InjectionContext("t3", toxiproxy.base_url, toxiproxy), 0).apply()

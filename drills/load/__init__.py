@@ -6,6 +6,7 @@ out of the runner), with an LLM user that records one JSON line per request.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -72,6 +73,8 @@ class LoadProcess:
             "timeout": self.load.timeout,
             "model": self.load.model,
             "fallback": self.fallback.model_dump(),
+            # Locust ignores --run-time when a load shape is in use; the shape stops itself.
+            "run_time": self.run_time + 30,
         }
         config_path = self.records.with_suffix(".load.json")
         config_path.write_text(json.dumps(config))
@@ -102,6 +105,7 @@ class LoadProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_stop_with_parent,
             )
         logger.info(
             "load: %d user(s) against %s (pid %d)", self.load.users, self.gateway, self.process.pid
@@ -118,6 +122,16 @@ class LoadProcess:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _stop_with_parent() -> None:
+    """In the Locust child: get SIGTERM if the runner dies (even by SIGKILL), so no load is left
+    running against a stack nobody watches."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 class RecordReader:
