@@ -308,3 +308,32 @@ def test_streaming_passes_tokens_through_as_they_come(
     assert events[-1] == "data: [DONE]"
     assert len(events) >= 5  # role chunk, several tokens, usage, DONE: not one buffered blob
     assert '"model":"smollm2"' in events[1]
+
+
+def test_open_breakers_are_probed_and_closed_without_waiting_for_traffic(
+    toxi: ToxiproxyClient, gateway_factory: Factory
+) -> None:
+    # The backup only sees traffic when the primaries fail: without active probes its breaker
+    # would stay open after an incident, and the next incident would skip it.
+    gw = gateway_factory(breaker={"failure_threshold": 1, "reset_timeout": "1s"})
+    for name in ("vllm-0", "vllm-1", "backup"):
+        toxi.set_enabled(name, False)
+    response = gw.chat()
+    assert response.headers["x-drills-route"] == "fallback"
+    breakers = gw.gateway.router.breakers
+    assert all(b.state == "open" for b in breakers.values())
+    time.sleep(2.5)  # probes run and fail while the hops are still cut
+    assert all(b.state == "open" for b in breakers.values())
+    assert gw.metric(ATTEMPTS, upstream="backup", outcome="probe_failed") >= 1
+    for name in ("vllm-0", "vllm-1", "backup"):
+        toxi.set_enabled(name, True)
+    deadline = time.monotonic() + 10
+    while any(b.state != "closed" for b in breakers.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {n: b.state for n, b in breakers.items()} == {
+        "vllm-0": "closed",
+        "vllm-1": "closed",
+        "backup": "closed",
+    }
+    assert gw.metric(ATTEMPTS, upstream="backup", outcome="probe_ok") == 1
+    assert gw.metric("drills_gateway_requests_total", route="fallback", code="200") == 1

@@ -12,6 +12,8 @@ Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -414,7 +416,11 @@ def create_app(stack: StackConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        prober = asyncio.create_task(gateway.router.probe_open_breakers())
         yield
+        prober.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await prober
         await gateway.router.aclose()
 
     app = Starlette(

@@ -88,6 +88,25 @@ class Router:
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.clients.values()))
 
+    async def probe_open_breakers(self, interval: float = 0.5) -> None:
+        """Probe every upstream whose breaker waits for a probe, without waiting for traffic.
+
+        Without this, an upstream that only gets traffic when others fail (the backup model)
+        would keep its breaker open after the incident, and the next incident would skip it.
+        The probe is the engine's ``/health`` through the same hop, bounded by the first-token
+        timeout; its result closes or reopens the breaker like any call's.
+        """
+        while True:
+            await asyncio.sleep(interval)
+            for name, breaker in self.breakers.items():
+                if breaker.enabled and breaker.is_probe_due() and breaker.acquire():
+                    ok = await self.clients[name].healthy(self.config.timeouts.first_token)
+                    self.metrics.attempts.labels(name, "probe_ok" if ok else "probe_failed").inc()
+                    if ok:
+                        breaker.record_success()
+                    else:
+                        breaker.record_failure()
+
     def _breaker_changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
         self.metrics.breaker_state.labels(name).set(BREAKER_STATE_VALUE[new])
         self.metrics.breaker_transitions.labels(name, new).inc()

@@ -160,6 +160,15 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def healthy(self, timeout: float) -> bool:
+        """The engine's ``/health`` through this hop, within ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._http.get("/health")
+        except (TimeoutError, httpx.HTTPError):
+            return False
+        return response.status_code == 200
+
     async def start(
         self, payload: dict[str, Any], traceparent: str, request_deadline: float
     ) -> AttemptStream:
