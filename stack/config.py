@@ -76,6 +76,8 @@ class EngineConfig(_Model):
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for every engine process (e.g. ``CUDA_VISIBLE_DEVICES``)."""
+    warmup_requests: int = Field(default=8, ge=0)
+    """Completions sent to an engine after each (re)start before it counts as healthy."""
 
 
 class ReplicaConfig(_Model):

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ class Running:
     healthy_since: float | None = None
     last_exit: str | None = None
     failures: list[str] = field(default_factory=list)
+    warmup: threading.Thread | None = None
 
 
 def _pdeathsig() -> None:
@@ -325,7 +327,20 @@ class Supervisor:
                 self._event(run, "restart_scheduled", reason, delay=delay)
                 changed = True
                 continue
+            if run.warmup is not None:
+                if run.warmup.is_alive():
+                    continue
+                run.warmup = None
+                self._event(run, "warmed_up")
             healthy = self._healthy(run.spec)
+            if healthy and run.status == "starting" and self._needs_warmup(run):
+                # Ready means warm: a fresh engine's first requests are several times slower
+                # than later ones, and a drill must not mistake that for the fault it injects.
+                run.status = "warming"
+                run.warmup = threading.Thread(target=self._warm, args=(run,), daemon=True)
+                run.warmup.start()
+                changed = True
+                continue
             if healthy and run.status != "healthy":
                 run.status = "healthy"
                 run.healthy_since = now
@@ -343,6 +358,31 @@ class Supervisor:
             ):
                 run.backoff_step = 0
         return changed
+
+    def _needs_warmup(self, run: Running) -> bool:
+        return run.spec.kind == "engine" and self.config.engine.warmup_requests > 0
+
+    def _warm(self, run: Running) -> None:
+        """Send ``engine.warmup_requests`` short completions, two at a time, to the engine."""
+        body = {
+            "model": self.config.engine.served_name,
+            "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+            "max_tokens": 16,
+        }
+        url = f"{run.spec.endpoint}/v1/chat/completions"
+
+        def one() -> None:
+            try:
+                httpx.post(url, json=body, timeout=60)
+            except httpx.HTTPError as exc:
+                logger.warning("%s warm-up request failed: %s", run.spec.name, exc)
+
+        for _ in range(0, self.config.engine.warmup_requests, 2):
+            pair = [threading.Thread(target=one) for _ in range(2)]
+            for thread in pair:
+                thread.start()
+            for thread in pair:
+                thread.join()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
