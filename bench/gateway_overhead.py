@@ -17,26 +17,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import httpx
+from benchlib import timed
 
 from stack.config import load_stack_config
 from stack.state import default_state_dir
-
-
-def timed(client: httpx.Client, url: str, body: dict[str, object]) -> tuple[float, float]:
-    """(time to first content byte, end-to-end) in ms for one streamed chat completion."""
-    started = time.perf_counter()
-    first = None
-    with client.stream("POST", url, json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if first is None and '"content":"' in line and '"content":""' not in line:
-                first = time.perf_counter()
-    end = time.perf_counter()
-    return ((first or end) - started) * 1000, (end - started) * 1000
 
 
 def main() -> None:

@@ -14,47 +14,17 @@ separate processes, then alternates requests: client -> stub vs client -> gatewa
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import yaml
+from benchlib import free_port, timed, wait_until_up
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise SystemExit(f"{url} did not come up")
-
-
-def timed(client: httpx.Client, url: str, body: dict[str, object]) -> tuple[float, float]:
-    started = time.perf_counter()
-    first = None
-    with client.stream("POST", url, json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if first is None and " tok" in line:
-                first = time.perf_counter()
-    end = time.perf_counter()
-    return ((first or end) - started) * 1000, (end - started) * 1000
 
 
 def main() -> None:
@@ -98,8 +68,8 @@ def main() -> None:
         ]
         try:
             for port in stub_ports:
-                wait(f"http://127.0.0.1:{port}/health")
-            wait(f"http://127.0.0.1:{gateway_port}/health")
+                wait_until_up(f"http://127.0.0.1:{port}/health")
+            wait_until_up(f"http://127.0.0.1:{gateway_port}/health")
             body = {
                 "model": "smollm2",
                 "messages": [{"role": "user", "content": "hi"}],

@@ -12,7 +12,6 @@ harness, not a model.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,18 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from benchlib import free_port, wait_until_up
 
 from drills.load import LoadProcess, RecordReader
 from drills.scenario import FallbackRule, LoadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main() -> None:
@@ -52,15 +45,7 @@ def main() -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{url}/health", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_until_up(f"{url}/health")
         print(f"stub first token after {args.first_token_ms:.0f} ms; {args.seconds:.0f} s per row")
         print(
             f"{'users':>6} {'req/s':>8} {'ttft p50':>9} {'ttft p99':>9} {'error p50':>10} "

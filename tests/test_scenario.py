@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from drills.errors import ConfigError
 from drills.scenario import load_scenario
+from tests.helpers import problems
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -22,12 +22,6 @@ def write(tmp_path: Path, text: str) -> Path:
     path.write_text(text)
     (tmp_path / "prompts").mkdir(exist_ok=True)
     return path
-
-
-def problems(path: Path) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_scenario(path)
-    return info.value.problems
 
 
 def line_of(text: str, needle: str) -> int:
@@ -45,7 +39,7 @@ def test_unknown_fault_kind_lists_the_known_ones(tmp_path: Path) -> None:
         "{kind: toxiproxy.latency, target: vllm-1", "{kind: toxiproxy.lag, target: vllm-1"
     )
     path = write(tmp_path, text)
-    found = problems(path)
+    found = problems(load_scenario, path)
     assert any(
         p.startswith(f"{path}:{line_of(text, 'toxiproxy.lag')} phases[1].inject[1]")
         and "toxiproxy.lag" in p
@@ -58,7 +52,7 @@ def test_unknown_fault_kind_lists_the_known_ones(tmp_path: Path) -> None:
 def test_duration_without_unit(tmp_path: Path) -> None:
     text = LATENCY.replace("target: vllm-0, latency: 3s}", "target: vllm-0, latency: 3}")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_scenario, path)
     assert f":{line_of(text, 'latency: 3}')} phases[1].inject[0].latency:" in problem
     assert "a duration needs a unit" in problem and "(got 3)" in problem
 
@@ -67,7 +61,7 @@ def test_fault_outside_its_phase(tmp_path: Path) -> None:
     # Cross-field checks run once every field is valid on its own.
     text = LATENCY.replace("target: backup, latency: 3s}", "target: backup, latency: 3s, at: 40s}")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_scenario, path)
     assert (
         f":{line_of(text, 'at: 40s')} phases[1].inject[2].at: starts after its phase ends"
         in problem
@@ -77,7 +71,7 @@ def test_fault_outside_its_phase(tmp_path: Path) -> None:
 def test_fault_on_a_hop_the_stack_does_not_have(tmp_path: Path) -> None:
     text = LATENCY.replace("target: backup, latency: 3s", "target: vllm-7, latency: 3s")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_scenario, path)
     assert problem.startswith(f"{path}:{line_of(text, 'vllm-7')} phases.1.inject.2.target:")
     assert "the stack has no hop 'vllm-7'; expected one of: vllm-0, vllm-1, backup" in problem
 
@@ -87,14 +81,14 @@ def test_check_problems_name_the_check(tmp_path: Path) -> None:
         "{check: e2e.p99, during: fault, below: 15s", "{check: e2e.p98, during: fault, below: 15s"
     )
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_scenario, path)
     assert f":{line_of(text, 'e2e.p98')} expect[4]: unknown check 'e2e.p98'" in problem
     assert "expected one of: ttft.pNN, itl.pNN, e2e.pNN, error_rate" in problem
     text = LATENCY.replace(
         "{check: error_rate, during: recovery, below: 0.05",
         "{check: error_rate, during: later, below: 0.05",
     )
-    [problem] = problems(write(tmp_path, text))
+    [problem] = problems(load_scenario, write(tmp_path, text))
     assert (
         "expect[7].during: no phase of that name; expected one of: baseline, fault, recovery"
         in problem
@@ -105,7 +99,7 @@ def test_check_problems_name_the_check(tmp_path: Path) -> None:
 def test_unknown_field_in_load(tmp_path: Path) -> None:
     text = LATENCY.replace("  max_tokens: 8", "  max_token: 8")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_scenario, path)
     assert f":{line_of(text, 'max_token: 8')} load.max_token: unknown field; allowed:" in problem
 
 

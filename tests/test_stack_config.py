@@ -11,6 +11,7 @@ import pytest
 
 from drills.errors import ConfigError
 from stack.config import load_stack_config
+from tests.helpers import problems
 
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 SOUND = (PROFILES / "sound.yaml").read_text()
@@ -20,12 +21,6 @@ def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "stack.yaml"
     path.write_text(text)
     return path
-
-
-def problems(path: Path) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_stack_config(path)
-    return info.value.problems
 
 
 def line_of(text: str, needle: str) -> int:
@@ -45,7 +40,7 @@ def test_shipped_profiles_load() -> None:
 def test_unknown_field_names_file_line_and_allowed_fields(tmp_path: Path) -> None:
     text = SOUND.replace("    first_token: 2s", "    first_tokn: 2s")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_stack_config, path)
     assert problem.startswith(f"{path}:{line_of(text, 'first_tokn')} gateway.timeouts.first_tokn:")
     assert "unknown field; allowed: connect, first_token, model_call, queue, request" in problem
     assert "(got '2s')" in problem
@@ -54,7 +49,7 @@ def test_unknown_field_names_file_line_and_allowed_fields(tmp_path: Path) -> Non
 def test_duration_without_unit_is_refused(tmp_path: Path) -> None:
     text = SOUND.replace("    model_call: 10s", "    model_call: 10")
     path = write(tmp_path, text)
-    [problem] = problems(path)
+    [problem] = problems(load_stack_config, path)
     assert f":{line_of(text, 'model_call: 10')} gateway.timeouts.model_call:" in problem
     assert "a duration needs a unit" in problem and "(got 10)" in problem
 
@@ -63,7 +58,7 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     text = SOUND.replace("max_queue: 16", "max_queue: -1").replace(
         "reset_timeout: 5s", "reset_timeout: soon"
     )
-    found = problems(write(tmp_path, text))
+    found = problems(load_stack_config, write(tmp_path, text))
     assert len(found) == 2
     assert any("gateway.admission.max_queue" in p and "-1" in p for p in found)
     assert any("gateway.breaker.reset_timeout" in p and "'soon'" in p for p in found)
@@ -74,7 +69,7 @@ def test_clashing_ports_and_unknown_backup_engine(tmp_path: Path) -> None:
         "engine: vllm-1  ", "engine: vllm-9  "
     )
     path = write(tmp_path, text)
-    found = problems(path)
+    found = problems(load_stack_config, path)
     assert any(
         p.startswith(f"{path}:{line_of(text, 'proxy_port: 18200')} backup.proxy_port:")
         and "already used by replicas.0.proxy_port" in p
@@ -89,10 +84,10 @@ def test_clashing_ports_and_unknown_backup_engine(tmp_path: Path) -> None:
 
 def test_malformed_yaml_and_duplicate_keys(tmp_path: Path) -> None:
     path = write(tmp_path, "name: x\nreplicas: [\n")
-    [problem] = problems(path)
+    [problem] = problems(load_stack_config, path)
     assert problem.startswith(f"{path}:") and "invalid YAML" in problem
     path = write(tmp_path, SOUND + "name: again\n")
-    [problem] = problems(path)
+    [problem] = problems(load_stack_config, path)
     assert "duplicate key 'name'" in problem
 
 

@@ -1,0 +1,45 @@
+"""What the benchmarks share: free ports, waiting for a server, timing one streamed completion."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+
+__all__ = ["free_port", "timed", "wait_until_up"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_up(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up within {timeout:.0f}s")
+
+
+def timed(client: httpx.Client, url: str, body: dict[str, object]) -> tuple[float, float]:
+    """(time to the first non-empty content delta, end-to-end) in ms for one streamed chat
+    completion."""
+    started = time.perf_counter()
+    first = None
+    with client.stream("POST", url, json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if first is not None or not line.startswith("data:") or "[DONE]" in line:
+                continue
+            chunk = json.loads(line[5:])
+            if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ()):
+                first = time.perf_counter()
+    end = time.perf_counter()
+    return ((first or end) - started) * 1000, (end - started) * 1000
