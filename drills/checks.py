@@ -64,7 +64,14 @@ class Evaluation:
         return self.phases[during] if during else self.run_window
 
     def requests_in(self, start: float, end: float) -> list[dict[str, Any]]:
-        return [r for r in self.records if start <= r["start"] < end]
+        """Requests that ran entirely inside ``[start, end)``. One that straddles a boundary
+        (sent in the baseline, answered under the fault) belongs to neither side: counting it
+        by its start would charge the fault's latency to the baseline."""
+        return [
+            r
+            for r in self.records
+            if start <= r["start"] and r["start"] + (r.get("e2e") or 0.0) <= end
+        ]
 
 
 def _bound(value: float | str | None) -> float | None:

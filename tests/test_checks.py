@@ -131,3 +131,16 @@ def test_check_model_refuses_incoherent_bounds() -> None:
         Check(check="error_rate")
     with pytest.raises(ValueError, match="needs a target"):
         Check(check="breaker_opened_within", below="1s")
+
+
+def test_a_request_straddling_a_phase_boundary_counts_in_neither_phase() -> None:
+    s = scenario(
+        {"check": "e2e.p99", "during": "baseline", "below": "1s"},
+        {"check": "fallback_rate", "during": "fault", "above": 0.9},
+    )
+    records = [rec(i, e2e=0.5) for i in range(9)]
+    records.append(rec(9.9, e2e=8.0, fallback=True))  # sent in baseline, served under the fault
+    records += [rec(12 + i, e2e=0.01, fallback=True) for i in range(5)]
+    base, fault = evaluate(ev(s, records))
+    assert base.passed and base.samples == 9
+    assert fault.passed and fault.samples == 5
