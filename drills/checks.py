@@ -59,6 +59,8 @@ class Evaluation:
     run_window: tuple[float, float]
     faults: list[dict[str, Any]]
     probes: list[dict[str, Any]] = field(default_factory=list)
+    lint: list[dict[str, Any]] | None = None
+    """Findings of ``drills.lint`` on the stack's config; ``None`` when no config is known."""
 
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window
@@ -320,6 +322,38 @@ def _recovered(check: Check, ev: Evaluation) -> CheckResult:
     )
 
 
+def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
+    if ev.lint is None:
+        return _result(
+            check,
+            "stack_lint",
+            None,
+            0,
+            "no stack config known to lint (attach with 'config:' or run on a profile)",
+        )
+    errors = [f for f in ev.lint if f["severity"] == "error"]
+    tolerated = int(_bound(check.below) or 1)
+    observed = float(len(errors))
+    passed = len(errors) < tolerated
+    reason = (
+        f"{len(errors)} error finding(s) (< {tolerated} tolerated)"
+        if passed
+        else "; ".join(f"{f['field']}: [{f['rule']}] {f['message']}" for f in errors)
+    )
+    return CheckResult(
+        check.label,
+        check.check,
+        None,
+        f"< {tolerated} error finding(s)",
+        observed,
+        f"{len(errors)} error(s), {len(ev.lint) - len(errors)} warning(s)",
+        passed,
+        reason,
+        len(ev.lint),
+        check.runbook,
+    )
+
+
 def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[CheckResult]:
     from drills.scenario import check_family
 
@@ -333,6 +367,7 @@ def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[Chec
             "prometheus": _prometheus,
             "breaker_opened_within": _breaker_opened,
             "recovered_within": _recovered,
+            "stack_lint": _stack_lint,
         }[family or ""]
         results.append(handler(check, ev))
     return results

@@ -12,9 +12,16 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drills import __version__
 from drills.errors import ConfigError, DrillsError, InputError, StackNotRunning
+from drills.safety import KillSwitch
+
+if TYPE_CHECKING:
+    from drills.runner import RunOptions
+    from drills.scenario import Scenario
+    from drills.yamlsrc import YamlDocument
 
 __all__ = ["main"]
 
@@ -61,6 +68,49 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("runs"), help="where runs go (default: runs/)"
     )
     run.add_argument("--state-dir", type=Path, help=state_help)
+    _safety_args(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved targets, faults and timeline; touch nothing",
+    )
+    run.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+
+    gate = commands.add_parser(
+        "gate", help="CI resilience gate: run drills, write JUnit + summary, fail on any check"
+    )
+    gate.add_argument("paths", type=Path, nargs="+", help="scenario files or directories")
+    gate.add_argument("--profile", help="stack profile to bring up (overrides the scenarios')")
+    gate.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
+    gate.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    gate.add_argument("--state-dir", type=Path, help=state_help)
+    gate.add_argument(
+        "--out", type=Path, default=Path("gate"), help="junit.xml, summary.md, runs/ (gate/)"
+    )
+    gate.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="drills at once (default 1: drills share the stack and would disturb each other)",
+    )
+    _safety_args(gate)
+    gate.add_argument("--dry-run", action="store_true", help="print each drill's plan; run none")
+
+    abort = commands.add_parser(
+        "abort", help="kill switch: make running drills revert every fault now and stop"
+    )
+    abort.add_argument("run_id", nargs="?", help="one run (default: every run on this machine)")
+    abort.add_argument("--reason", default="kill switch", help="recorded in the journal")
+
+    lint = commands.add_parser(
+        "lint", help="check a stack config's timeouts, retries and breakers for contradictions"
+    )
+    lint.add_argument("configs", nargs="+", help="stack config files or profile names")
+    lint.add_argument(
+        "--client-timeout",
+        help="the timeout of the gateway's clients (e.g. 30s): it must outwait the gateway",
+    )
+    lint.add_argument("--json", action="store_true", help="print findings as JSON")
 
     val = commands.add_parser("validate", help="check scenario files; touches nothing")
     val.add_argument("scenarios", type=Path, nargs="+")
@@ -68,6 +118,17 @@ def _parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("report", help="re-render the reports of a run from its journal")
     rep.add_argument("run_dir", type=Path)
     return parser
+
+
+def _safety_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--safety",
+        type=Path,
+        help="safety policy file (default: $DRILLS_SAFETY, ./drills-safety.yaml, built-in)",
+    )
+    parser.add_argument(
+        "--stack-config", help="attach: the stack's config file, for the stack_lint check"
+    )
 
 
 def _print_status(current: object, as_json: bool) -> None:
@@ -152,25 +213,133 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "run":
         return _run_drill(args)
+    if args.command == "gate":
+        return _gate(args)
+    if args.command == "lint":
+        return _lint(args)
+    if args.command == "abort":
+        from drills.safety import request_abort
+
+        runs = request_abort(args.run_id, args.reason)
+        if not runs:
+            print("no drill is running on this machine")
+            return EXIT_FAILED
+        for run in runs:
+            print(f"abort sent to {run['what']} (run {run['run_id']}, pid {run['pid']})")
+        return EXIT_OK
     raise AssertionError(f"unhandled command {args.command!r}")
 
 
-def _run_drill(args: argparse.Namespace) -> int:
-    from drills.runner import Runner, RunOptions
-    from drills.scenario import Attach, load_scenario
-    from reports import load_journal
+def _options(args: argparse.Namespace) -> RunOptions:
+    from drills.runner import RunOptions
+    from drills.safety import load_policy
+    from drills.scenario import Attach
 
     if bool(args.gateway) != bool(args.toxiproxy):
         raise InputError("--gateway and --toxiproxy go together (attach to a running stack)")
-    scenario, doc = load_scenario(args.scenario)
+    if args.profile and args.gateway:
+        raise InputError(
+            "--profile brings a stack up; --gateway/--toxiproxy attach to one: not both"
+        )
     attach = Attach(gateway=args.gateway, toxiproxy=args.toxiproxy) if args.gateway else None
-    options = RunOptions(
+    return RunOptions(
         out_dir=args.out,
         profile=args.profile,
         attach=attach,
         state_dir=args.state_dir,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        safety=load_policy(args.safety),
+        stack_config=args.stack_config,
     )
+
+
+def _print_plan(scenario: Scenario, doc: YamlDocument, options: RunOptions, as_json: bool) -> bool:
+    """Print a dry run; return whether the safety policy allows the drill."""
+    from drills.dryrun import describe, dry_run
+
+    assert options.safety is not None
+    plan = dry_run(scenario, doc, options, options.safety)
+    if as_json:
+        print(json.dumps(plan, indent=2))
+    else:
+        print("\n".join(describe(plan)))
+    return not plan["safety"]["refused"]
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from drills.gate import collect_scenarios, run_gate, validate_all, write_gate_reports
+    from drills.scenario import load_scenario
+
+    if args.concurrency < 1:
+        raise InputError(f"--concurrency: {args.concurrency}; expected 1 or more")
+    options = _options(args)
+    assert options.safety is not None
+    files = collect_scenarios(args.paths)
+    if args.dry_run:
+        allowed = True
+        for path in files:
+            scenario, doc = load_scenario(path)
+            allowed = _print_plan(scenario, doc, options, False) and allowed
+            print()
+        return EXIT_OK if allowed else EXIT_USAGE
+    loaded = validate_all(files, options, options.safety)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = run_gate(
+        loaded,
+        args.out,
+        options,
+        safety=args.safety,
+        concurrency=args.concurrency,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    paths = write_gate_reports(results, args.out)
+    for result in results:
+        print(f"{result.verdict.upper():11} {result.drill}  ({result.path})")
+        for check in result.failed_checks:
+            runbook = check.get("runbook") or (result.journal or {}).get("runbook") or "-"
+            print(
+                f"            FAIL {check['label']}: observed {check['observed_text']}, "
+                f"expected {check['expected']}  runbook: {runbook}"
+            )
+    print(f"junit: {paths['junit']}")
+    print(f"summary: {paths['markdown']}")
+    return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from drills.lint import lint_stack
+    from drills.units import parse_duration
+
+    client = None
+    if args.client_timeout:
+        try:
+            client = parse_duration(args.client_timeout)
+        except ValueError as exc:
+            raise InputError(f"--client-timeout: {exc}") from None
+    findings = []
+    for config in args.configs:
+        findings.extend(lint_stack(config, client))
+    if args.json:
+        print(json.dumps([f.as_json() for f in findings], indent=2))
+    else:
+        for finding in findings:
+            print(finding)
+        errors = sum(f.severity == "error" for f in findings)
+        print(
+            f"{len(args.configs)} config(s): {errors} error(s), {len(findings) - errors} warning(s)"
+        )
+    return EXIT_FAILED if any(f.severity == "error" for f in findings) else EXIT_OK
+
+
+def _run_drill(args: argparse.Namespace) -> int:
+    from drills.runner import Runner
+    from drills.scenario import load_scenario
+    from reports import load_journal
+
+    options = _options(args)
+    scenario, doc = load_scenario(args.scenario)
+    if args.dry_run:
+        return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
     print(f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s)", file=sys.stderr)
     run_dir = Runner(scenario, doc, options).run()
     journal = load_journal(run_dir)
@@ -201,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except DrillsError as exc:
         print(f"drills: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KillSwitch as exc:
+        print(f"drills: aborted ({exc}) before any fault was applied", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("drills: interrupted", file=sys.stderr)

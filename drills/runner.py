@@ -34,6 +34,16 @@ from drills.errors import ConfigError, RevertError, StackError
 from drills.ledger import Ledger
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.probes import Prober
+from drills.redact import redact
+from drills.safety import (
+    KillSwitch,
+    SafetyPolicy,
+    abort_request,
+    check_scenario,
+    fault_windows,
+    load_policy,
+    register_run,
+)
 from drills.scenario import Attach, Scenario, check_targets
 from drills.toxiproxy import ToxiproxyClient
 from drills.yamlsrc import YamlDocument
@@ -65,10 +75,25 @@ class RunOptions:
     state_dir: Path | None = None
     ledger: Path | None = None
     progress: Callable[[str], None] | None = None
+    safety: SafetyPolicy | None = None
+    """The safety policy; ``None`` loads it from its usual places (see ``drills.safety``)."""
+    stack_config: str | None = None
+    """The attached stack's config file, for ``stack_lint`` (a profile's is known already)."""
+
+
+def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
+    return options.attach or (scenario.stack if isinstance(scenario.stack, Attach) else None)
+
+
+def attach_urls(attach: Attach | None) -> dict[str, str]:
+    """What an attached drill would contact, by name (for the safety policy)."""
+    if attach is None:
+        return {}
+    return {"gateway": attach.gateway, "toxiproxy": attach.toxiproxy, **attach.metrics}
 
 
 def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
-    attach = options.attach or (scenario.stack if isinstance(scenario.stack, Attach) else None)
+    attach = attach_of(scenario, options)
     if attach is not None:
         metrics = {
             "gateway": f"{attach.gateway.rstrip('/')}/metrics",
@@ -167,10 +192,26 @@ class Runner:
     # -- the run ---------------------------------------------------------------------------
 
     def run(self) -> Path:
-        """Run the drill; return the run directory (journal and reports inside)."""
+        """Run the drill; return the run directory (journal and reports inside).
+
+        Raises ``SafetyViolation`` or ``ConfigError`` before anything is touched when the drill
+        exceeds the safety policy or names hops the stack does not have."""
         scenario = self.scenario
+        policy = self.options.safety or load_policy()
+        check_scenario(scenario, self.doc, policy, attach_urls(attach_of(scenario, self.options)))
         run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
+        with register_run(self.run_id, f"drill {scenario.drill}", run_dir) as abort_path:
+            try:
+                return self._run(run_dir, abort_path)
+            except KillSwitch:
+                # Asked to stop before the timeline began (while the stack came up): nothing
+                # was applied; the journal-less run directory says so.
+                (run_dir / "ABORTED").write_text(json.dumps(abort_request(abort_path)))
+                raise
+
+    def _run(self, run_dir: Path, abort_path: Path) -> Path:
+        scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
         self._check_health(endpoints)
         with ToxiproxyClient(endpoints.toxiproxy) as client:
@@ -186,23 +227,19 @@ class Runner:
         shared.version()  # open the kept-alive connection before the first fault is due
         context = InjectionContext(self.run_id, endpoints.toxiproxy, shared)
         faults: list[FaultRun] = []
-        offset = 0.0
         phases: dict[str, tuple[float, float]] = {}
-        for phase in scenario.phases:
-            for fault in phase.inject:
-                start = offset + fault.at
-                end = start + fault.for_ if fault.for_ is not None else offset + phase.duration
-                faults.append(
-                    FaultRun(
-                        len(faults),
-                        phase.name,
-                        start,
-                        end,
-                        build(fault, context, len(faults)),
-                        fault.model_dump(mode="json", by_alias=True),
-                    )
+        for window in fault_windows(scenario):
+            fault = scenario.phases[window.phase].inject[window.index]
+            faults.append(
+                FaultRun(
+                    len(faults),
+                    scenario.phases[window.phase].name,
+                    window.start,
+                    window.end,
+                    build(fault, context, len(faults)),
+                    fault.model_dump(mode="json", by_alias=True),
                 )
-            offset += phase.duration
+            )
 
         base = self.doc.path.parent if self.doc else Path.cwd()
         records_path = run_dir / "records.jsonl"
@@ -239,6 +276,10 @@ class Runner:
             except Interrupted as exc:
                 status = "interrupted"
                 self._event("interrupted", signal=str(exc))
+            except KillSwitch:
+                status = "aborted"
+                abort = {"reason": "kill switch (drills abort)", **abort_request(abort_path)}
+                self._event("aborted", **abort)
             finally:
                 shared.close()
         ended_at = time.time()
@@ -256,6 +297,7 @@ class Runner:
             (self.t0 or started_at, ended_at),
             [f.as_json() for f in faults],
             prober.results,
+            self._lint(endpoints),
         )
         results = evaluate(evaluation)
         verdict = self._verdict(status, results)
@@ -275,11 +317,31 @@ class Runner:
             leftovers,
         )
         journal_path = run_dir / "journal.json"
-        journal_path.write_text(json.dumps(journal, indent=1, default=str))
+        journal_path.write_text(json.dumps(redact(journal), indent=1, default=str))
         from reports import render_all
 
         render_all(journal_path)
         return run_dir
+
+    def _lint(self, endpoints: StackEndpoints) -> list[dict[str, Any]] | None:
+        """Lint findings on the stack's config (``None`` when the stack's config is unknown)."""
+        from drills.lint import lint_stack
+
+        attach = attach_of(self.scenario, self.options)
+        source = self.options.stack_config
+        if source is None and attach is not None and attach.config:
+            # A scenario's own ``stack.config`` is relative to the scenario file.
+            base = self.doc.path.parent if self.doc else Path.cwd()
+            source = str(base / attach.config)
+        elif source is None and attach is None:
+            source = endpoints.profile
+        if source is None:
+            return None
+        try:
+            return [f.as_json() for f in lint_stack(source, self.scenario.load.timeout)]
+        except ConfigError as exc:
+            logger.error("cannot lint the stack config %s: %s", source, exc)
+            return None
 
     def _check_health(self, endpoints: StackEndpoints) -> None:
         for what, url in (

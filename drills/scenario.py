@@ -9,6 +9,7 @@ fault targets the stack does not have.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +32,17 @@ __all__ = [
     "Phase",
     "Scenario",
     "check_targets",
+    "expand_env",
     "load_scenario",
 ]
 
 Loc = tuple[str | int, ...]
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(value: str) -> str:
+    """``${NAME}`` replaced by the environment's value (checked to exist at validation)."""
+    return ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
 
 
 class _Model(BaseModel):
@@ -196,6 +204,9 @@ class LoadConfig(_Model):
     timeout: Duration = 60.0
     """The client's own timeout for one request."""
     model: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Sent with every request (an API key for a staging gateway, say). ``${NAME}`` is read
+    from the environment, so secrets stay out of the file; journals and reports mask them."""
 
 
 class FallbackRule(_Model):
@@ -228,6 +239,7 @@ CHECKS = (
     "prometheus",
     "breaker_opened_within",
     "recovered_within",
+    "stack_lint",
 )
 
 
@@ -236,7 +248,13 @@ def check_family(name: str) -> str | None:
         return "latency"
     if name in RATE_CHECKS:
         return "rate"
-    if name in ("throughput", "prometheus", "breaker_opened_within", "recovered_within"):
+    if name in (
+        "throughput",
+        "prometheus",
+        "breaker_opened_within",
+        "recovered_within",
+        "stack_lint",
+    ):
         return name
     return None
 
@@ -264,7 +282,13 @@ class Check(_Model):
                 f"unknown check {self.check!r}; expected one of: {', '.join(CHECKS)} "
                 "(pNN: p50, p75, p90, p95, p99, p999)"
             )
-        if self.below is None and self.above is None:
+        if family == "stack_lint":
+            if self.above is not None or self.during is not None:
+                raise ValueError(
+                    "check 'stack_lint' lints the stack's config: it takes no 'above' or "
+                    "'during' (optional 'below': how many error findings are tolerated, default 1)"
+                )
+        elif self.below is None and self.above is None:
             raise ValueError(f"check {self.check!r} needs a bound: below or above")
         if family in ("breaker_opened_within", "recovered_within") and self.above is not None:
             raise ValueError(f"check {self.check!r} takes only 'below' (a duration)")
@@ -309,6 +333,8 @@ class AbortCondition(_Model):
 class Attach(_Model):
     gateway: str
     toxiproxy: str
+    config: str | None = None
+    """The stack's config file (for ``stack_lint``), when the attached stack has one."""
     metrics: dict[str, str] = Field(default_factory=dict)
     """Extra Prometheus endpoints by source name (e.g. ``vllm-0: http://host:8000/metrics``)."""
 
@@ -328,6 +354,10 @@ class Scenario(_Model):
     title: str
     description: str = ""
     runbook: str | None = None
+    tags: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]] = Field(
+        default_factory=list
+    )
+    """Labels to select drills by (``pytest -m TAG``, game-day plans)."""
     stack: str | Attach = "sound"
     load: LoadConfig
     fallback: FallbackRule = Field(default_factory=FallbackRule)
@@ -370,6 +400,14 @@ class Scenario(_Model):
                     f"no phase of that name; expected one of: {', '.join(names)}",
                     check.during,
                 )
+        for key, value in self.load.headers.items():
+            for name in ENV_REF.findall(value):
+                if name not in os.environ:
+                    yield (
+                        ("load", "headers", key),
+                        f"refers to ${{{name}}}, which is not set in the environment",
+                        None,
+                    )
         targets = {f.target for p in self.phases for f in p.inject}
         for i, check in enumerate(self.expect):
             if check.check == "breaker_opened_within" and check.target not in targets:

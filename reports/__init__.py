@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from reports.html import render_html
-from reports.junit import render_junit
+from reports.junit import render_junit, render_junit_suites
 from reports.markdown import render_markdown
 
-__all__ = ["load_journal", "render_all"]
+__all__ = ["load_journal", "render_all", "render_junit_suites", "render_markdown"]
 
 
 def load_journal(path: Path) -> dict[str, Any]:

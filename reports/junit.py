@@ -5,10 +5,33 @@ from __future__ import annotations
 from typing import Any
 from xml.etree import ElementTree as ET
 
-__all__ = ["render_junit"]
+__all__ = ["junit_suite", "render_junit", "render_junit_suites"]
+
+XML_HEADER = '<?xml version="1.0" encoding="utf-8"?>\n'
 
 
 def render_junit(journal: dict[str, Any]) -> str:
+    suite = junit_suite(journal)
+    ET.indent(suite)
+    return XML_HEADER + ET.tostring(suite, encoding="unicode")
+
+
+def render_junit_suites(name: str, journals: list[dict[str, Any]]) -> str:
+    """Several drills (a gate, a game day) in one file: a ``testsuite`` per drill."""
+    suites = [junit_suite(j) for j in journals]
+    root = ET.Element(
+        "testsuites",
+        name=name,
+        tests=str(sum(int(s.get("tests", "0")) for s in suites)),
+        failures=str(sum(int(s.get("failures", "0")) for s in suites)),
+        errors=str(sum(int(s.get("errors", "0")) for s in suites)),
+    )
+    root.extend(suites)
+    ET.indent(root)
+    return XML_HEADER + ET.tostring(root, encoding="unicode")
+
+
+def junit_suite(journal: dict[str, Any]) -> ET.Element:
     checks = journal["checks"]
     failures = sum(not c["passed"] for c in checks) + (1 if journal["revert_errors"] else 0)
     suite = ET.Element(
@@ -51,5 +74,4 @@ def render_junit(journal: dict[str, Any]) -> str:
             revert, "error", message=f"drill {journal['status']}", type=journal["status"]
         )
         error.text = str(journal.get("aborted") or journal["status"])
-    ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode")
+    return suite

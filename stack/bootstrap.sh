@@ -16,6 +16,8 @@ want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: preparing the harness environment in .venv" >&2
   [ -x .venv/bin/python ] || "$python" -m venv .venv
+  # A venv made by another tool (uv venv) may have no pip.
+  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
   echo "$want" > "$stamp"

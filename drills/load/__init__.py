@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.errors import DrillsError
-from drills.scenario import FallbackRule, LoadConfig
+from drills.scenario import FallbackRule, LoadConfig, expand_env
 
 __all__ = ["LoadProcess", "RecordReader", "load_prompts"]
 
@@ -100,7 +100,15 @@ class LoadProcess:
                     "WARNING",
                     "--skip-log-setup",
                 ],
-                env={**os.environ, "DRILLS_LOAD_CONFIG": str(config_path)},
+                env={
+                    **os.environ,
+                    "DRILLS_LOAD_CONFIG": str(config_path),
+                    # Headers may carry credentials: they travel in the child's environment,
+                    # never in a file of the run directory.
+                    "DRILLS_LOAD_HEADERS": json.dumps(
+                        {k: expand_env(v) for k, v in self.load.headers.items()}
+                    ),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

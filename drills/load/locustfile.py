@@ -24,6 +24,7 @@ from locust import LoadTestShape, User, constant, task
 
 with open(os.environ["DRILLS_LOAD_CONFIG"]) as _config:
     CONFIG: dict[str, Any] = json.load(_config)
+HEADERS: dict[str, str] = json.loads(os.environ.get("DRILLS_LOAD_HEADERS") or "{}")
 # Open for the life of the process: one line per request, flushed at each newline.
 RECORDS = open(CONFIG["records"], "a", buffering=1)  # noqa: SIM115
 FALLBACK = CONFIG["fallback"]
@@ -52,7 +53,7 @@ class LLMUser(User):
         if CONFIG.get("model"):
             body["model"] = CONFIG["model"]
         trace_id = secrets.token_hex(16)
-        headers = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
         record: dict[str, Any] = {
             "start": time.time(),
             "ttft": None,

@@ -1,0 +1,129 @@
+"""Dry run: what a drill or a game-day plan would do, touching nothing.
+
+No stack is brought up, no API is called, no ledger is read or written: the plan is computed
+from the scenario, the stack profile (or the attach endpoints as given) and the safety policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drills.runner import RunOptions, attach_of, attach_urls
+from drills.safety import SafetyPolicy, SafetyViolation, check_scenario, fault_windows
+from drills.scenario import Scenario
+from drills.units import format_duration
+from drills.yamlsrc import YamlDocument
+
+__all__ = ["dry_run"]
+
+
+def dry_run(
+    scenario: Scenario, doc: YamlDocument | None, options: RunOptions, policy: SafetyPolicy
+) -> dict[str, Any]:
+    """The resolved plan of one drill: stack, targets, faults on the timeline, checks, and the
+    safety verdict (``refused`` lists what the policy would refuse)."""
+    attach = attach_of(scenario, options)
+    hops: dict[str, dict[str, Any]] = {}
+    if attach is not None:
+        stack: dict[str, Any] = {"attach": attach_urls(attach)}
+    else:
+        from stack.config import load_stack_config
+
+        profile = options.profile or (
+            scenario.stack if isinstance(scenario.stack, str) else "sound"
+        )
+        config = load_stack_config(profile)
+        stack = {
+            "profile": profile,
+            "gateway": f"http://{config.host}:{config.gateway.port}",
+            "toxiproxy": f"http://{config.host}:{config.toxiproxy.api_port}",
+        }
+        for hop in config.upstreams:
+            hops[hop.name] = {
+                "role": hop.role,
+                "served_name": hop.served_name,
+                "proxy": f"{config.host}:{hop.listen_port}",
+                "upstream": f"{config.host}:{hop.upstream_port}",
+            }
+    faults = []
+    for w in fault_windows(scenario):
+        spec = scenario.phases[w.phase].inject[w.index]
+        faults.append(
+            {
+                "phase": scenario.phases[w.phase].name,
+                "kind": w.kind,
+                "target": w.target,
+                "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"}),
+                "from": w.start,
+                "to": w.end,
+                "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),
+            }
+        )
+    refused: list[str] = []
+    try:
+        check_scenario(scenario, doc, policy, attach_urls(attach))
+    except SafetyViolation as exc:
+        refused = exc.problems
+    offset, phases = 0.0, []
+    for phase in scenario.phases:
+        phases.append({"name": phase.name, "from": offset, "to": offset + phase.duration})
+        offset += phase.duration
+    return {
+        "drill": scenario.drill,
+        "title": scenario.title,
+        "file": str(doc.path) if doc else None,
+        "stack": stack,
+        "load": {
+            "users": scenario.load.users,
+            "shape": scenario.load.shape.kind,
+            "warmup": scenario.load.warmup,
+            "max_tokens": scenario.load.max_tokens,
+        },
+        "phases": phases,
+        "faults": faults,
+        "checks": [c.label for c in scenario.expect],
+        "safety": {"policy": policy.source, "refused": refused},
+    }
+
+
+def describe(plan: dict[str, Any]) -> list[str]:
+    """The plan as lines for a terminal."""
+    d = format_duration
+    lines = [f"drill {plan['drill']}: {plan['title']}  ({plan['file']})"]
+    stack = plan["stack"]
+    if "attach" in stack:
+        lines.append("  stack: attach " + ", ".join(f"{k}={v}" for k, v in stack["attach"].items()))
+    else:
+        lines.append(
+            f"  stack: profile {stack['profile']} (gateway {stack['gateway']}, "
+            f"toxiproxy {stack['toxiproxy']})"
+        )
+    load = plan["load"]
+    lines.append(
+        f"  load: {load['users']} user(s), {load['shape']}, warm-up {d(load['warmup'])} "
+        "(counts in no window)"
+    )
+    lines.append("  timeline:")
+    for phase in plan["phases"]:
+        lines.append(f"    {d(phase['from']):>6} - {d(phase['to']):<6} phase {phase['name']}")
+        for fault in plan["faults"]:
+            if fault["phase"] != phase["name"]:
+                continue
+            hop = fault["hop"]
+            where = (
+                f"proxy {hop['proxy']} -> {hop['upstream']} ({hop['role']})"
+                if "proxy" in hop
+                else hop["resolved"]
+            )
+            spec = ", ".join(f"{k}={v}" for k, v in fault["spec"].items() if v is not None)
+            lines.append(
+                f"    {d(fault['from']):>6} - {d(fault['to']):<6}   {fault['kind']} on "
+                f"{fault['target']} [{where}] {spec}"
+            )
+    lines.append("  checks: " + "; ".join(plan["checks"]))
+    refused = plan["safety"]["refused"]
+    lines.append(
+        f"  safety ({plan['safety']['policy']}): "
+        + ("allowed" if not refused else "REFUSED:\n    " + "\n    ".join(refused))
+    )
+    return lines

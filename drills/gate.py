@@ -1,0 +1,211 @@
+"""The CI resilience gate: run a set of drills, write one JUnit file and one summary, fail on any
+failed check.
+
+Every file is validated (schema, stack hops, safety policy) before the first drill starts: a gate
+with one bad file touches nothing. Drills share the stack, so by default they run one at a time;
+each runs in its own ``drills run`` process (a crash or a kill switch ends that drill, not the
+gate), with its journal and reports under ``OUT/runs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drills.errors import ConfigError, InputError
+from drills.runner import RunOptions, attach_of, attach_urls
+from drills.safety import SafetyPolicy, SafetyViolation, check_scenario
+from drills.scenario import Scenario, load_scenario
+
+__all__ = ["GateResult", "collect_scenarios", "run_gate", "validate_all"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GateResult:
+    path: Path
+    drill: str
+    verdict: str
+    """passed, failed, aborted, interrupted, or ``error`` (the drill produced no journal)."""
+    run_dir: Path | None
+    journal: dict[str, Any] | None
+    exit_code: int
+    log: Path | None = None
+
+    @property
+    def failed_checks(self) -> list[dict[str, Any]]:
+        return [c for c in (self.journal or {}).get("checks", []) if not c["passed"]]
+
+
+def collect_scenarios(paths: list[Path]) -> list[Path]:
+    """Scenario files named or found (``*.yaml``/``*.yml`` with a top-level ``drill:``) in
+    directories, in a stable order."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            for candidate in sorted([*path.rglob("*.yaml"), *path.rglob("*.yml")]):
+                try:
+                    head = candidate.read_text(errors="replace")
+                except OSError:
+                    continue
+                if any(line.startswith("drill:") for line in head.splitlines()):
+                    found.append(candidate)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    if not found:
+        raise InputError(f"no drill scenarios in {', '.join(map(str, paths))}")
+    return found
+
+
+def validate_all(
+    files: list[Path], options: RunOptions, policy: SafetyPolicy
+) -> list[tuple[Path, Scenario]]:
+    """Load every scenario and check it against the safety policy; raise ``ConfigError`` with
+    every problem of every file at once."""
+    problems: list[str] = []
+    loaded = []
+    for path in files:
+        try:
+            scenario, doc = load_scenario(path)
+            check_scenario(scenario, doc, policy, attach_urls(attach_of(scenario, options)))
+        except SafetyViolation as exc:
+            problems.extend(exc.problems)
+            continue
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        loaded.append((path, scenario))
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
+    args: list[str] = []
+    if options.profile:
+        args += ["--profile", options.profile]
+    if options.attach is not None:
+        args += ["--gateway", options.attach.gateway, "--toxiproxy", options.attach.toxiproxy]
+    if options.state_dir is not None:
+        args += ["--state-dir", str(options.state_dir)]
+    if options.stack_config:
+        args += ["--stack-config", options.stack_config]
+    if safety is not None:
+        args += ["--safety", str(safety)]
+    return args
+
+
+def run_gate(
+    files: list[tuple[Path, Scenario]],
+    out: Path,
+    options: RunOptions,
+    *,
+    safety: Path | None = None,
+    concurrency: int = 1,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[GateResult]:
+    """Run each drill in its own process, at most ``concurrency`` at once; return the results in
+    the order of ``files``."""
+    from reports import load_journal
+
+    runs = out / "runs"
+    extra = _child_args(options, safety)
+
+    def one(index: int, path: Path, scenario: Scenario) -> GateResult:
+        drill_out = runs / f"{index:02d}-{scenario.drill}"
+        drill_out.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "drills.cli", "run", str(path), "--out", str(drill_out)]
+        say(f"[gate] {index + 1}/{len(files)} {scenario.drill} ({path})")
+        log = drill_out / "drill.log"
+        started = time.monotonic()
+        if concurrency == 1:
+            # One drill at a time: its progress goes straight to the terminal (and the log).
+            with open(log, "w") as out_file:
+                proc = subprocess.Popen(
+                    [*command, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    out_file.write(line)
+                    say(f"  {line.rstrip()}")
+                code = proc.wait()
+        else:
+            with open(log, "w") as out_file:
+                code = subprocess.run(
+                    [*command, *extra], stdout=out_file, stderr=subprocess.STDOUT, check=False
+                ).returncode
+        run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
+        journal = load_journal(run_dirs[-1]) if run_dirs else None
+        verdict = journal["verdict"] if journal else "error"
+        say(
+            f"[gate] {scenario.drill}: {verdict} after {time.monotonic() - started:.0f}s"
+            + ("" if journal else f" (no journal; exit code {code}; see {log})")
+        )
+        return GateResult(
+            path, scenario.drill, verdict, run_dirs[-1] if run_dirs else None, journal, code, log
+        )
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(one, i, p, s) for i, (p, s) in enumerate(files)]
+        return [f.result() for f in futures]
+
+
+def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
+    """``junit.xml`` (a suite per drill, a case per check) and ``summary.md`` for the PR."""
+    from reports import render_junit_suites, render_markdown
+
+    journals = [r.journal for r in results if r.journal is not None]
+    junit = out / "junit.xml"
+    junit.write_text(render_junit_suites("drills gate", journals))
+    passed = sum(r.verdict == "passed" for r in results)
+    lines = [
+        f"## Resilience gate: **{'PASSED' if passed == len(results) else 'FAILED'}** "
+        f"({passed}/{len(results)} drills passed)",
+        "",
+    ]
+    for result in results:
+        if result.journal is not None and result.run_dir is not None:
+            lines.append(render_markdown(result.journal, result.run_dir))
+        else:
+            lines += [
+                f"### Drill `{result.drill}`: **ERROR**",
+                "",
+                f"`{result.path}` produced no journal (exit code {result.exit_code}); "
+                f"its log: `{result.log}`",
+                "",
+            ]
+    summary = out / "summary.md"
+    summary.write_text("\n".join(lines))
+    # A drill that left no journal still fails the JUnit file: CI must not see fewer tests.
+    if any(r.journal is None for r in results):
+        _append_errors(junit, [r for r in results if r.journal is None])
+    return {"junit": junit, "markdown": summary}
+
+
+def _append_errors(junit: Path, broken: list[GateResult]) -> None:
+    from xml.etree import ElementTree as ET
+
+    root = ET.fromstring(junit.read_text())
+    for result in broken:
+        suite = ET.SubElement(
+            root, "testsuite", name=f"drill:{result.drill}", tests="1", failures="0", errors="1"
+        )
+        case = ET.SubElement(suite, "testcase", classname=f"drills.{result.drill}", name="run")
+        error = ET.SubElement(
+            case, "error", message=f"the drill produced no journal (exit code {result.exit_code})"
+        )
+        error.text = result.log.read_text()[-4000:] if result.log and result.log.exists() else ""
+    root.set("errors", str(int(root.get("errors", "0")) + len(broken)))
+    root.set("tests", str(int(root.get("tests", "0")) + len(broken)))
+    ET.indent(root)
+    junit.write_text('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, "unicode"))

@@ -1,0 +1,242 @@
+"""Timeout-budget lint: is a stack's reliability policy consistent with itself?
+
+The seed's first fault day found timeouts that contradicted each other (a request deadline
+shorter than the first-token timeout, so a slow model was never retried elsewhere), retries with
+no bound and no budget, and breakers that never reset. Those are visible in the config alone,
+before any drill runs. ``lint_stack`` reads a stack config and returns one ``Finding`` per problem,
+each naming the file, line, field, the values involved and the fix.
+
+The tiers, innermost first, and what each must cover (see ``stack.config.Timeouts``)::
+
+    connect  <  first_token  <=  model_call
+    request - fallback_reserve  >=  queue + primary attempts x first_token
+                                    + backoffs between them + one backup attempt
+    client timeout  >=  request           (the client must outwait the gateway's fallback)
+
+Findings are ``error`` (the policy cannot do what it claims: a drill will show it) or ``warning``
+(a weakness a reviewer should see). ``drills lint`` exits 1 on any error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from drills.units import format_duration
+from drills.yamlsrc import YamlDocument, format_path, load_yaml
+
+__all__ = ["Finding", "lint_config", "lint_stack"]
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    rule: str
+    field: str
+    message: str
+    fix: str
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line} " if self.file else ""
+        return f"{where}{self.field}: {self.severity} [{self.rule}] {self.message}; fix: {self.fix}"
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _d(seconds: float) -> str:
+    return format_duration(seconds)
+
+
+def lint_config(
+    config: Any, doc: YamlDocument | None = None, client_timeout: float | None = None
+) -> list[Finding]:
+    """Findings for a validated ``StackConfig``; ``doc`` locates them in its file.
+
+    ``client_timeout``: the timeout of the clients in front of the gateway (a drill's load, an
+    app), when known.
+    """
+    from stack.config import StackConfig
+
+    assert isinstance(config, StackConfig)
+    gw = config.gateway
+    t = gw.timeouts
+    retries = gw.retries
+    findings: list[Finding] = []
+
+    def add(
+        severity: Severity, rule: str, loc: tuple[str | int, ...], message: str, fix: str
+    ) -> None:
+        # Point at the deepest node of ``loc`` that the file spells out.
+        findings.append(
+            Finding(
+                severity,
+                rule,
+                format_path(loc),
+                message,
+                fix,
+                str(doc.path) if doc else None,
+                doc.line_of(loc) if doc else None,
+            )
+        )
+
+    tmo = ("gateway", "timeouts")
+    if t.connect >= t.first_token:
+        add(
+            "error",
+            "connect-within-first-token",
+            (*tmo, "connect"),
+            f"connect ({_d(t.connect)}) is not shorter than first_token ({_d(t.first_token)}): "
+            "a dead host is reported as a slow model",
+            "make connect well under first_token",
+        )
+    if t.first_token > t.model_call:
+        add(
+            "error",
+            "first-token-within-model-call",
+            (*tmo, "first_token"),
+            f"first_token ({_d(t.first_token)}) is longer than model_call "
+            f"({_d(t.model_call)}): the first-token timeout can never fire",
+            "make first_token shorter than model_call",
+        )
+    if t.queue >= t.request:
+        add(
+            "error",
+            "queue-within-request",
+            (*tmo, "queue"),
+            f"queue ({_d(t.queue)}) is not shorter than request ({_d(t.request)}): a request can "
+            "wait in the queue until its deadline and never reach a model",
+            "make queue a fraction of request (the sound profile uses 3s of 15s)",
+        )
+
+    primaries = len(config.replicas)
+    attempts = retries.max_attempts
+    if attempts is None:
+        add(
+            "error",
+            "retries-bounded",
+            ("gateway", "retries", "max_attempts"),
+            "retries are unbounded: under a fault every request retries until its deadline, "
+            "multiplying the load on the failing upstream",
+            "set max_attempts (2 is usual: the first attempt and one retry)",
+        )
+    if retries.budget is None:
+        add(
+            "error",
+            "retries-budgeted",
+            ("gateway", "retries", "budget"),
+            "no retry budget: retries are not capped as a share of traffic, so a slow upstream "
+            "turns every request into several (a retry storm)",
+            "set budget: {ratio: 0.2, min_retries: 3, window: 10s}",
+        )
+    if (attempts is None or attempts > 1) and retries.backoff_max <= 0:
+        add(
+            "error",
+            "retries-back-off",
+            ("gateway", "retries", "backoff_max"),
+            "retries have no backoff: they are sent at once, in step, onto a struggling upstream",
+            "set backoff_base (e.g. 50ms) and backoff_max (e.g. 1s); jitter is applied in full",
+        )
+
+    # What the gateway may need to spend before it falls back: admission wait, every primary
+    # attempt (a slow model fails at first_token), the backoffs between them, one backup try.
+    primary_tries = min(attempts, primaries) if attempts is not None else primaries
+    per_pool = attempts if attempts is not None else 1
+    backoffs = max(per_pool - 1, 0) * retries.backoff_max
+    backup_try = t.first_token if config.backup is not None else 0.0
+    needed = t.queue + primary_tries * t.first_token + backoffs + backup_try
+    usable = t.request - gw.fallback_reserve
+    if usable < needed:
+        parts = [
+            f"queue {_d(t.queue)}",
+            f"{primary_tries} primary attempt(s) x first_token {_d(t.first_token)}",
+        ]
+        if backoffs:
+            parts.append(f"backoff {_d(backoffs)}")
+        if backup_try:
+            parts.append(f"one backup attempt {_d(backup_try)}")
+        add(
+            "error",
+            "request-covers-tiers",
+            (*tmo, "request"),
+            f"request - fallback_reserve ({_d(usable)}) does not cover the tiers below it "
+            f"({' + '.join(parts)} = {_d(needed)}): the deadline ends the request before a slow "
+            "model is retried elsewhere" + (" or the backup model is tried" if backup_try else ""),
+            f"raise request to at least {_d(needed + gw.fallback_reserve)}, or shorten the "
+            "tiers below it",
+        )
+
+    if gw.breaker is None:
+        add(
+            "error",
+            "breakers-present",
+            ("gateway", "breaker"),
+            "no circuit breakers: a dead upstream keeps receiving every request's first attempt",
+            "set breaker: {failure_threshold: 3, reset_timeout: 5s}",
+        )
+    elif gw.breaker.reset_timeout <= 0:
+        add(
+            "error",
+            "breakers-reset",
+            ("gateway", "breaker", "reset_timeout"),
+            "the breaker never waits before probing again (reset_timeout 0): it cannot shed "
+            "load from a failing upstream",
+            "set reset_timeout to a few seconds (the sound profile uses 5s)",
+        )
+
+    if gw.fallback.text is None:
+        add(
+            "error",
+            "degraded-path",
+            ("gateway", "fallback", "text"),
+            "no fallback text: when every model fails the client gets an error instead of the "
+            "degraded answer",
+            "set fallback.text to what the product shows when the assistant is unavailable",
+        )
+    elif gw.fallback_reserve <= 0:
+        add(
+            "warning",
+            "fallback-reserve",
+            ("gateway", "fallback_reserve"),
+            "no time is kept back for the fallback text: it may be sent after the client's "
+            "deadline",
+            "keep 100ms or so in fallback_reserve",
+        )
+
+    engine_slots = primaries * config.engine.max_num_seqs
+    if gw.admission.max_concurrency > engine_slots:
+        add(
+            "warning",
+            "queue-at-gateway",
+            ("gateway", "admission", "max_concurrency"),
+            f"max_concurrency ({gw.admission.max_concurrency}) exceeds what the engines run at "
+            f"once ({primaries} replica(s) x max_num_seqs {config.engine.max_num_seqs} = "
+            f"{engine_slots}): requests queue inside the engines, where the gateway cannot time "
+            "them out or shed them",
+            f"set max_concurrency to at most {engine_slots} and let max_queue hold the rest",
+        )
+
+    if client_timeout is not None and client_timeout < t.request:
+        add(
+            "error",
+            "client-outwaits-gateway",
+            (*tmo, "request"),
+            f"the client's timeout ({_d(client_timeout)}) is shorter than what the gateway may "
+            f"spend ({_d(t.request)}): the client gives up before the gateway's fallback arrives",
+            f"raise the client timeout above {_d(t.request)} or lower request",
+        )
+    return findings
+
+
+def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Finding]:
+    """Lint a stack config file (a profile name or a path); raise ``ConfigError`` if it does
+    not validate at all."""
+    from stack.config import load_stack_config, profile_path
+
+    config = load_stack_config(path)  # names the shipped profiles when ``path`` is neither
+    return lint_config(config, load_yaml(profile_path(str(path))), client_timeout)

@@ -1,0 +1,311 @@
+"""Safety: what drills may touch, how much at once, and the kill switch.
+
+One file says what any drill on this machine may do (``SafetyPolicy``): the hosts load and fault
+APIs may be pointed at, the hops and fault kinds allowed, the blast radius (faults at once, hops
+hit, users, durations). ``check_scenario`` measures a scenario against it before anything is
+applied and raises ``SafetyViolation`` (exit code 2) naming each excess; nothing has been touched
+when it does.
+
+The policy file is ``--safety FILE``, else ``$DRILLS_SAFETY``, else ``drills-safety.yaml`` in the
+working directory, else the defaults below (loopback only, modest limits).
+
+The kill switch: every running drill registers itself under ``<state home>/runs``; ``drills
+abort`` writes who asked and why beside that entry and sends the run SIGUSR1, which makes it
+revert every fault at once and stop with status ``aborted``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import getpass
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from drills.errors import ConfigError, InputError
+from drills.system import pid_alive, state_home
+from drills.units import Duration, format_duration
+from drills.yamlsrc import YamlDocument, format_path, load_model
+
+__all__ = [
+    "FaultWindow",
+    "SafetyPolicy",
+    "SafetyViolation",
+    "active_runs",
+    "check_scenario",
+    "fault_windows",
+    "load_policy",
+    "register_run",
+    "request_abort",
+]
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = ["127.0.0.1", "localhost", "::1"]
+
+
+class SafetyViolation(InputError):
+    """A drill would exceed what the safety policy allows; nothing was applied."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "refused by the safety policy (nothing was applied):\n  " + "\n  ".join(problems)
+        )
+
+
+class SafetyPolicy(BaseModel):
+    """Limits checked before any drill touches anything. Patterns are shell globs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK))
+    """Hosts a drill may send load to or drive faults on (gateway, Toxiproxy, metrics)."""
+    allowed_targets: list[str] = Field(default_factory=lambda: ["*"])
+    """Hops (Toxiproxy proxy names) faults may target."""
+    protected_targets: list[str] = Field(default_factory=list)
+    """Hops never to be touched, whatever ``allowed_targets`` says."""
+    allowed_kinds: list[str] = Field(default_factory=lambda: ["*"])
+    """Fault kinds allowed (``toxiproxy.*``, ``toxiproxy.latency``, ...)."""
+    max_faults_at_once: int = Field(default=4, ge=0)
+    max_targets: int = Field(default=4, ge=0)
+    """Distinct hops one drill may fault."""
+    max_fault_duration: Duration = 600.0
+    max_drill_duration: Duration = 3600.0
+    max_users: int = Field(default=32, ge=1)
+
+    _source: str = PrivateAttr(default="built-in defaults")
+
+    @property
+    def source(self) -> str:
+        """Where the policy came from (a file, or the built-in defaults)."""
+        return self._source
+
+
+def load_policy(path: Path | None = None) -> SafetyPolicy:
+    """The policy from ``path``, ``$DRILLS_SAFETY``, ``./drills-safety.yaml`` or the defaults."""
+    env = os.environ.get("DRILLS_SAFETY")
+    candidate = path or (Path(env) if env else None)
+    if candidate is None and Path("drills-safety.yaml").exists():
+        candidate = Path("drills-safety.yaml")
+    if candidate is None:
+        return SafetyPolicy()
+    if not candidate.exists():
+        raise ConfigError([f"{candidate}: no such safety policy file"])
+    policy = load_model(SafetyPolicy, candidate)
+    policy._source = str(candidate)
+    return policy
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """One fault of a scenario with its absolute offsets from the drill's start."""
+
+    phase: int
+    index: int
+    kind: str
+    target: str
+    start: float
+    end: float
+    loc: tuple[str | int, ...]
+
+
+def fault_windows(scenario: Any) -> list[FaultWindow]:
+    """Every fault of ``scenario`` placed on the drill's timeline."""
+    windows, offset = [], 0.0
+    for i, phase in enumerate(scenario.phases):
+        for j, fault in enumerate(phase.inject):
+            start = offset + fault.at
+            end = start + fault.for_ if fault.for_ is not None else offset + phase.duration
+            windows.append(
+                FaultWindow(i, j, fault.kind, fault.target, start, end, ("phases", i, "inject", j))
+            )
+        offset += phase.duration
+    return windows
+
+
+def _most_at_once(windows: list[FaultWindow]) -> int:
+    edges = sorted([(w.start, 1) for w in windows] + [(w.end, -1) for w in windows])
+    current = peak = 0
+    for _, step in edges:  # ends sort before starts at the same instant
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def _matches(value: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def check_scenario(
+    scenario: Any,
+    doc: YamlDocument | None,
+    policy: SafetyPolicy,
+    urls: dict[str, str] | None = None,
+) -> None:
+    """Raise ``SafetyViolation`` if ``scenario`` (aimed at ``urls``: what it would contact)
+    exceeds ``policy``."""
+    problems: list[str] = []
+
+    def where(loc: tuple[str | int, ...]) -> str:
+        return f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+
+    for name, url in (urls or {}).items():
+        host = urlsplit(url).hostname or ""
+        if not _matches(host, policy.allowed_hosts):
+            problems.append(
+                f"{name} {_redact_url(url)}: host {host!r} is not allowed; allowed_hosts: "
+                f"{', '.join(policy.allowed_hosts)} ({policy.source})"
+            )
+    windows = fault_windows(scenario)
+    for w in windows:
+        field = format_path(w.loc)
+        if not _matches(w.target, policy.allowed_targets) or _matches(
+            w.target, policy.protected_targets
+        ):
+            problems.append(
+                f"{where((*w.loc, 'target'))}{field}.target: {w.target!r} is not an allowed "
+                f"target; allowed_targets: {', '.join(policy.allowed_targets)}"
+                + (
+                    f", protected: {', '.join(policy.protected_targets)}"
+                    if policy.protected_targets
+                    else ""
+                )
+            )
+        if not _matches(w.kind, policy.allowed_kinds):
+            problems.append(
+                f"{where((*w.loc, 'kind'))}{field}.kind: {w.kind!r} is not an allowed fault "
+                f"kind; allowed_kinds: {', '.join(policy.allowed_kinds)}"
+            )
+        if w.end - w.start > policy.max_fault_duration:
+            problems.append(
+                f"{where(w.loc)}{field}: lasts {format_duration(w.end - w.start)}; "
+                f"max_fault_duration is {format_duration(policy.max_fault_duration)}"
+            )
+    at_once = _most_at_once(windows)
+    if at_once > policy.max_faults_at_once:
+        problems.append(
+            f"{where(('phases',))}phases: {at_once} faults would be active at once; "
+            f"max_faults_at_once is {policy.max_faults_at_once}"
+        )
+    targets = sorted({w.target for w in windows})
+    if len(targets) > policy.max_targets:
+        problems.append(
+            f"{where(('phases',))}phases: faults hit {len(targets)} hops ({', '.join(targets)}); "
+            f"max_targets is {policy.max_targets}"
+        )
+    if scenario.load.users > policy.max_users:
+        problems.append(
+            f"{where(('load', 'users'))}load.users: {scenario.load.users} users; max_users is "
+            f"{policy.max_users}"
+        )
+    total = scenario.duration + scenario.load.warmup
+    if total > policy.max_drill_duration:
+        problems.append(
+            f"{where(('phases',))}phases: the drill lasts {format_duration(total)} with its "
+            f"warm-up; max_drill_duration is {format_duration(policy.max_drill_duration)}"
+        )
+    if problems:
+        raise SafetyViolation(problems)
+
+
+def _redact_url(url: str) -> str:
+    from drills.redact import redact_url
+
+    return redact_url(url)
+
+
+# -- the kill switch -------------------------------------------------------------------------
+
+
+def runs_dir() -> Path:
+    path = state_home() / "runs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class KillSwitch(Exception):
+    """``drills abort`` asked this run to stop (raised in the run's main thread)."""
+
+
+@contextmanager
+def register_run(run_id: str, what: str, run_dir: Path) -> Iterator[Path]:
+    """Make this process findable by ``drills abort`` while the block runs; SIGUSR1 raises
+    ``KillSwitch``. Yields the path where an abort request would be written."""
+    entry = runs_dir() / f"{run_id}.json"
+    request = entry.with_suffix(".abort")
+    entry.write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "pid": os.getpid(),
+                "what": what,
+                "run_dir": str(run_dir),
+                "started_at": time.time(),
+            }
+        )
+    )
+
+    def handler(signum: int, frame: object) -> None:
+        raise KillSwitch(abort_request(request).get("reason") or "drills abort")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield request
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        entry.unlink(missing_ok=True)
+        request.unlink(missing_ok=True)
+
+
+def abort_request(path: Path) -> dict[str, Any]:
+    """Who asked to abort, and why (empty when nobody did)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def active_runs() -> list[dict[str, Any]]:
+    """Registered runs whose process is alive (stale entries of dead runs are removed)."""
+    runs = []
+    for entry in sorted(runs_dir().glob("*.json")):
+        try:
+            data = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if pid_alive(int(data.get("pid", 0))):
+            runs.append(data)
+        else:
+            entry.unlink(missing_ok=True)
+    return runs
+
+
+def request_abort(run_id: str | None, reason: str) -> list[dict[str, Any]]:
+    """Ask one run (or, with ``run_id=None``, every active run) to revert and stop."""
+    runs = [r for r in active_runs() if run_id is None or r["run_id"] == run_id]
+    if run_id is not None and not runs:
+        known = ", ".join(r["run_id"] for r in active_runs()) or "none"
+        raise InputError(f"no active run {run_id!r}; active runs: {known}")
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    for run in runs:
+        (runs_dir() / f"{run['run_id']}.abort").write_text(
+            json.dumps({"by": by, "reason": reason, "at": time.time()})
+        )
+        try:
+            os.kill(int(run["pid"]), signal.SIGUSR1)
+        except ProcessLookupError:
+            continue
+    return runs
