@@ -96,6 +96,26 @@ def _parser() -> argparse.ArgumentParser:
     _safety_args(gate)
     gate.add_argument("--dry-run", action="store_true", help="print each drill's plan; run none")
 
+    day = commands.add_parser(
+        "gameday", help="run a game-day plan: drills, checkpoints for people, one report"
+    )
+    day.add_argument("plan", type=Path)
+    day.add_argument(
+        "--answers", type=Path, help="pre-answered checkpoints (a rehearsal): answers: {ID: yes}"
+    )
+    day.add_argument("--profile", help="stack profile to bring up (overrides the plan's)")
+    day.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
+    day.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    day.add_argument("--state-dir", type=Path, help=state_help)
+    day.add_argument("--out", type=Path, default=Path("runs"), help="where the day goes (runs/)")
+    day.add_argument("--as", dest="person", help="the name recorded for terminal answers")
+    _safety_args(day)
+    day.add_argument("--dry-run", action="store_true", help="print the whole plan; touch nothing")
+
+    note = commands.add_parser("note", help="add an observer note to the running game day")
+    note.add_argument("text")
+    note.add_argument("--by", help="who observed it (default: your user name)")
+
     abort = commands.add_parser(
         "abort", help="kill switch: make running drills revert every fault now and stop"
     )
@@ -203,6 +223,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "report":
         from reports import load_journal, render_all
 
+        if (args.run_dir / "gameday.json").exists():
+            from reports.gameday import render_gameday
+
+            for kind, path in render_gameday(args.run_dir).items():
+                print(f"{kind}: {path}")
+            return EXIT_OK
         journal_path = args.run_dir / "journal.json" if args.run_dir.is_dir() else args.run_dir
         if not journal_path.exists():
             raise InputError(f"{args.run_dir}: no journal.json here; pass a run directory")
@@ -217,6 +243,18 @@ def _run(args: argparse.Namespace) -> int:
         return _gate(args)
     if args.command == "lint":
         return _lint(args)
+    if args.command == "gameday":
+        return _gameday(args)
+    if args.command == "note":
+        from drills.gameday import add_note
+
+        days = add_note(args.text, args.by)
+        if not days:
+            print("no game day is running on this machine", file=sys.stderr)
+            return EXIT_FAILED
+        for day in days:
+            print(f"noted in {day['what']} ({day['run_dir']})")
+        return EXIT_OK
     if args.command == "abort":
         from drills.safety import request_abort
 
@@ -304,6 +342,53 @@ def _gate(args: argparse.Namespace) -> int:
     print(f"junit: {paths['junit']}")
     print(f"summary: {paths['markdown']}")
     return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED
+
+
+def _gameday(args: argparse.Namespace) -> int:
+    from drills.gameday import GameDay, TerminalResponder, load_answers, load_plan
+
+    options = _options(args)
+    plan, doc, drills = load_plan(args.plan)
+    answers = load_answers(args.answers, plan) if args.answers else {}
+    day = GameDay(
+        plan,
+        doc,
+        drills,
+        options,
+        answers,
+        TerminalResponder(name=args.person),
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    if args.dry_run:
+        allowed = True
+        print(f"game day {plan.gameday}: {plan.title}  ({doc.path})")
+        drill_iter = iter(drills)
+        for i, step in enumerate(plan.steps, 1):
+            if step.note is not None:
+                print(f"\n{i}. note: {step.note}")
+            elif step.checkpoint is not None:
+                cp = step.checkpoint
+                answered = answers.get(cp.id)
+                pre = f" [pre-answered: {answered.answer} by {answered.by}]" if answered else ""
+                print(
+                    f"\n{i}. checkpoint {cp.id} ({cp.kind}, asks {cp.who or 'the room'}, "
+                    f"on no: {cp.on_no}): {cp.ask}{pre}"
+                )
+            else:
+                scenario, sdoc = next(drill_iter)
+                print(f"\n{i}. drill (on fail: {step.on_fail})")
+                allowed = _print_plan(scenario, sdoc, day._options(), False) and allowed
+        return EXIT_OK if allowed else EXIT_USAGE
+    day_dir = day.run()
+    journal = json.loads((day_dir / "gameday.json").read_text())
+    for step in journal["steps"]:
+        if step["kind"] == "drill":
+            print(f"  drill {step['drill']}: {step.get('verdict')}")
+        elif step["kind"] == "checkpoint":
+            print(f"  checkpoint {step['id']}: {step.get('answer')} by {step.get('by')}")
+    print(f"verdict: {journal['verdict']}")
+    print(f"report: {day_dir / 'index.html'}")
+    return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
 
 
 def _lint(args: argparse.Namespace) -> int:

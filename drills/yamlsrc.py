@@ -25,6 +25,9 @@ M = TypeVar("M", bound=BaseModel)
 # Files larger than this are refused before parsing: drills are short, and a hostile or
 # generated multi-megabyte YAML should not be able to exhaust the runner's memory.
 MAX_YAML_BYTES = 1024 * 1024
+# After aliases are expanded, and how deep: a drill has hundreds of values, a few levels deep.
+MAX_NODES = 100_000
+MAX_DEPTH = 64
 
 
 class Located(Protocol):
@@ -75,6 +78,50 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
+def _check_shape(path: Path, root: yaml.Node) -> None:
+    """Refuse documents that are small on disk but huge in memory: anchors and aliases that
+    expand exponentially (the "billion laughs"), recursive aliases, deep nesting."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def measure(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ConfigError(
+                [f"{path}:{node.start_mark.line + 1} invalid YAML: an alias refers to itself"]
+            )
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                [
+                    f"{path}:{node.start_mark.line + 1} invalid YAML: nested more than "
+                    f"{MAX_DEPTH} levels deep"
+                ]
+            )
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                total += measure(k, depth + 1) + measure(v, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += measure(item, depth + 1)
+        open_nodes.discard(key)
+        sizes[key] = total
+        if total > MAX_NODES:
+            raise ConfigError(
+                [
+                    f"{path}:{node.start_mark.line + 1} invalid YAML: expands to more than "
+                    f"{MAX_NODES} values (anchors and aliases repeat it); at most {MAX_NODES} "
+                    "are accepted"
+                ]
+            )
+        return total
+
+    measure(root, 0)
+
+
 def _index_lines(node: yaml.Node, prefix: Path_, out: dict[Path_, int]) -> None:
     out[prefix] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -103,15 +150,24 @@ def load_yaml(path: Path | str) -> YamlDocument:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+    loader = _UniqueKeyLoader(text)
     try:
-        node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        node = loader.get_single_node()
+        if node is not None:
+            _check_shape(path, node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         raise ConfigError([f"{path}:{line} invalid YAML: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(
+            [f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels are accepted)"]
+        ) from None
+    finally:
+        loader.dispose()
     lines: dict[Path_, int] = {}
     if node is not None:
         _index_lines(node, (), lines)
