@@ -67,6 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drill: a drill scenario collected from YAML")
+    if bool(config.getoption("drills_gateway")) != bool(config.getoption("drills_toxiproxy")):
+        raise pytest.UsageError(
+            "--drills-gateway and --drills-toxiproxy go together (attach to a running stack)"
+        )
     config.stash[_SESSION] = DrillSession(config)
 
 
@@ -130,10 +134,6 @@ class DrillSession:
 
     def options(self, scenario: Scenario) -> RunOptions:
         gateway, toxiproxy = self._opt("drills_gateway"), self._opt("drills_toxiproxy")
-        if bool(gateway) != bool(toxiproxy):
-            raise pytest.UsageError(
-                "--drills-gateway and --drills-toxiproxy go together (attach to a running stack)"
-            )
         safety = self._opt("drills_safety")
         state = self._opt("drills_state_dir")
         options = RunOptions(

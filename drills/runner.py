@@ -34,7 +34,7 @@ from drills.errors import ConfigError, RevertError, StackError
 from drills.ledger import Ledger
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.probes import Prober
-from drills.redact import redact
+from drills.redact import redact, redact_url
 from drills.safety import (
     KillSwitch,
     SafetyPolicy,
@@ -351,10 +351,13 @@ class Runner:
             try:
                 response = httpx.get(url, timeout=5)
             except httpx.HTTPError as exc:
-                raise StackError(f"the stack's {what} at {url} is not reachable: {exc}") from None
+                raise StackError(
+                    f"the stack's {what} at {redact_url(url)} is not reachable: {exc}"
+                ) from None
             if response.status_code != 200:
                 raise StackError(
-                    f"the stack's {what} at {url} is not healthy: HTTP {response.status_code}"
+                    f"the stack's {what} at {redact_url(url)} is not healthy: HTTP "
+                    f"{response.status_code}"
                 )
 
     def _warmup(self, reader: RecordReader, live: list[dict[str, Any]]) -> None:

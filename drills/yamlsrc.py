@@ -150,8 +150,9 @@ def load_yaml(path: Path | str) -> YamlDocument:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    loader = _UniqueKeyLoader(text)
+    loader: _UniqueKeyLoader | None = None
     try:
+        loader = _UniqueKeyLoader(text)  # reads the stream: may refuse non-printable characters
         node = loader.get_single_node()
         if node is not None:
             _check_shape(path, node)
@@ -167,7 +168,8 @@ def load_yaml(path: Path | str) -> YamlDocument:
             [f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels are accepted)"]
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict[Path_, int] = {}
     if node is not None:
         _index_lines(node, (), lines)

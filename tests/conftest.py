@@ -28,6 +28,8 @@ from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
 
+pytest_plugins = ["pytester"]
+
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 
 
@@ -62,6 +64,14 @@ class RunningStack:
     def gateway_url(self) -> str:
         return f"http://{self.config.host}:{self.config.gateway.port}"
 
+    @property
+    def toxiproxy_url(self) -> str:
+        return f"http://{self.config.host}:{self.config.toxiproxy.api_port}"
+
+    def toxics(self) -> list[str]:
+        """Names of every toxic on every proxy now."""
+        return [t.name for p in self.toxiproxy.proxies().values() for t in p.toxics]
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
@@ -93,6 +103,25 @@ def _stack_pids(state_dir: Path) -> list[int]:
         if comp.get("pgid"):
             pids.extend(control._group_members(int(comp["pgid"])))
     return pids
+
+
+def isolated_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment for a ``drills`` child process whose ledger and run registry live under
+    ``tmp_path`` (so a test's ``drills abort`` reaches only its own runs)."""
+    import os
+
+    return {
+        **os.environ,
+        "DRILLS_LEDGER": str(tmp_path / "ledger.json"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        **extra,
+    }
+
+
+def drills_cli(*args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "drills.cli", *args]
 
 
 def clean_snapshots(config: StackConfig) -> list[Proxy]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.errors import DrillsError
+from drills.redact import redact_url
 from drills.scenario import FallbackRule, LoadConfig, expand_env
 
 __all__ = ["LoadProcess", "RecordReader", "load_prompts"]
@@ -61,7 +62,7 @@ class LoadProcess:
 
     def start(self) -> None:
         config = {
-            "gateway": self.gateway,
+            "gateway": redact_url(self.gateway),
             "records": str(self.records),
             "users": self.load.users,
             "spawn_rate": self.load.spawn_rate,
@@ -89,8 +90,6 @@ class LoadProcess:
                     "-f",
                     str(LOCUSTFILE),
                     "--headless",
-                    "--host",
-                    self.gateway,
                     "--run-time",
                     f"{int(self.run_time) + 60}s",
                     "--only-summary",
@@ -103,6 +102,9 @@ class LoadProcess:
                 env={
                     **os.environ,
                     "DRILLS_LOAD_CONFIG": str(config_path),
+                    # In the environment, not on the command line: the URL may carry
+                    # credentials, and a command line is visible to every user (ps).
+                    "LOCUST_HOST": self.gateway,
                     # Headers may carry credentials: they travel in the child's environment,
                     # never in a file of the run directory.
                     "DRILLS_LOAD_HEADERS": json.dumps(
@@ -116,7 +118,10 @@ class LoadProcess:
                 preexec_fn=_stop_with_parent,
             )
         logger.info(
-            "load: %d user(s) against %s (pid %d)", self.load.users, self.gateway, self.process.pid
+            "load: %d user(s) against %s (pid %d)",
+            self.load.users,
+            redact_url(self.gateway),
+            self.process.pid,
         )
 
     def stop(self) -> None:

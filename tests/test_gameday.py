@@ -1,0 +1,241 @@
+"""`drills gameday`: drills in order with people in the loop (pre-answered and live checkpoints,
+observer notes from another terminal) and one combined report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from drills.gameday import load_plan
+from tests.conftest import RunningStack, drills_cli, isolated_env
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
+RUNBOOK = ROOT / "scenarios" / "runbooks" / "llm-latency.md"
+
+PLAN = f"""
+gameday: test-day
+title: A short game day (tests)
+facilitator: dana
+steps:
+  - note: Welcome; the kill switch is drills abort.
+  - checkpoint: {{id: go-ahead, ask: "On-call approves faults now", who: on-call,
+                  runbook: "{RUNBOOK}#before-you-start"}}
+  - drill: {TINY}
+    notes: Watch the dashboard.
+  - checkpoint: {{id: banner, ask: "Did the banner show?", who: product, on_no: continue,
+                  runbook: "{RUNBOOK}#fallback"}}
+  - checkpoint: {{id: retro, kind: answer, ask: "What do we fix first?", who: facilitator}}
+"""
+
+
+def write(tmp_path: Path, plan: str = PLAN, answers: str | None = None) -> list[str]:
+    (tmp_path / "plan.yaml").write_text(plan)
+    args = [str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "days")]
+    if answers is not None:
+        (tmp_path / "answers.yaml").write_text(answers)
+        args += ["--answers", str(tmp_path / "answers.yaml")]
+    return args
+
+
+def day_journal(tmp_path: Path) -> dict:
+    return json.loads(next((tmp_path / "days").glob("gameday-*/gameday.json")).read_text())
+
+
+@pytest.mark.stack
+def test_a_game_day_with_rehearsed_and_live_checkpoints_and_notes(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    env = isolated_env(tmp_path)
+    args = write(tmp_path, answers="answers:\n  go-ahead: {answer: 'yes', by: carol}\n")
+    proc = subprocess.Popen(
+        drills_cli(
+            "gameday",
+            *args,
+            "--gateway",
+            stack.gateway_url,
+            "--toxiproxy",
+            stack.toxiproxy_url,
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdin is not None
+    try:
+        deadline = time.monotonic() + 90
+        while not stack.toxics():  # the drill's fault is on: an observer writes a note
+            assert time.monotonic() < deadline and proc.poll() is None, "the drill never started"
+            time.sleep(0.2)
+        note = subprocess.run(
+            drills_cli("note", "p99 jumped on the dashboard", "--by", "bob"),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert note.returncode == 0 and "noted in gameday test-day" in note.stdout
+        # The people in the room answer at the prompts: a note, a confirmation, a name, an answer.
+        out, err = proc.communicate(
+            "note: banner flickered once\nyes\nalice\nraise the request timeout\nerin\n",
+            timeout=240,
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "[checkpoint banner] (product) Did the banner show?" in err
+    assert "verdict: passed" in out and out.strip().endswith("index.html")
+
+    day = day_journal(tmp_path)
+    assert day["verdict"] == "passed" and day["status"] == "completed"
+    steps = {s.get("id") or s["kind"]: s for s in day["steps"]}
+    assert steps["go-ahead"]["by"] == "carol" and steps["go-ahead"]["source"] == "rehearsal"
+    assert steps["banner"]["answer"] == "yes" and steps["banner"]["by"] == "alice"
+    assert steps["banner"]["source"] == "terminal"
+    assert steps["retro"]["answer"] == "raise the request timeout"
+    assert steps["drill"]["verdict"] == "passed"
+    notes = {(n["by"], n["text"]) for n in day["notes"]}
+    assert notes == {("bob", "p99 jumped on the dashboard"), ("room", "banner flickered once")}
+    # One timeline, in time order, holding the drill's own events and the people's.
+    events = [(e["source"], e["event"]) for e in day["timeline"]]
+    times = [e["time"] for e in day["timeline"]]
+    assert times == sorted(times)
+    for expected in [
+        ("checkpoint", "answered"),
+        ("tiny", "phase_start"),
+        ("tiny", "fault_applied"),
+        ("tiny", "fault_reverted"),
+        ("observer", "note"),
+        ("drill", "drill_end"),
+    ]:
+        assert expected in events, expected
+    # Runbook coverage: steps reached by a check or a checkpoint vs never reached.
+    (runbook,) = day["runbooks"]
+    coverage = {s["anchor"]: s["exercised"] for s in runbook["steps"]}
+    assert coverage == {
+        "before-you-start": True,
+        "timeouts": False,
+        "fallback": True,
+        "breakers": False,
+        "recovery": False,
+    }
+    by = {s["anchor"]: s["by"] for s in runbook["steps"]}
+    assert {"by": "checkpoint go-ahead", "passed": True} in by["before-you-start"]
+    assert {"by": "tiny: error_rate during fault", "passed": True} in by["fallback"]
+
+    day_dir = Path(out.strip().splitlines()[-1].removeprefix("report: ")).parent
+    html = (day_dir / "index.html").read_text()
+    for text in ("Timeline, minute by minute", "never reached", "alice", "p99 jumped"):
+        assert text in html
+    assert (day_dir / "runs").is_dir() and (day_dir / "junit.xml").exists()
+    assert "banner" in (day_dir / "junit.xml").read_text()
+    assert stack.toxics() == []
+
+
+def test_a_no_at_a_stop_checkpoint_ends_the_day_before_its_drills(tmp_path: Path) -> None:
+    args = write(tmp_path, answers="answers:\n  go-ahead: {answer: 'no', by: the on-call}\n")
+    result = subprocess.run(
+        drills_cli(
+            "gameday", *args, "--gateway", "http://127.0.0.1:1", "--toxiproxy", "http://127.0.0.1:1"
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1, result.stderr
+    day = day_journal(tmp_path)
+    assert day["status"] == "stopped" and day["stop_reason"] == "checkpoint go-ahead"
+    assert day["verdict"] == "failed"
+    assert [s["kind"] for s in day["skipped"]] == ["drill", "checkpoint", "checkpoint"]
+    assert not any(s["kind"] == "drill" for s in day["steps"])
+    html = (Path(next((tmp_path / "days").glob("gameday-*"))) / "index.html").read_text()
+    assert "the day stopped before this step" in html
+
+
+def test_end_of_input_at_a_checkpoint_is_no_answer(tmp_path: Path) -> None:
+    result = subprocess.run(
+        drills_cli(
+            "gameday",
+            *write(tmp_path),
+            "--gateway",
+            "http://127.0.0.1:1",
+            "--toxiproxy",
+            "http://127.0.0.1:1",
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1
+    step = day_journal(tmp_path)["steps"][1]
+    assert step["answer"] is None and step["source"] == "end-of-input"
+
+
+def test_bad_plans_and_answers_are_located(tmp_path: Path) -> None:
+    bad = PLAN.replace(f"drill: {TINY}", "drill: missing.yaml").replace(
+        "- note: Welcome", "- note: Welcome\n    drill: x.yaml\n  - note: Hi"
+    )
+    (tmp_path / "plan.yaml").write_text(bad)
+    result = subprocess.run(
+        drills_cli("gameday", str(tmp_path / "plan.yaml"), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+    )
+    assert result.returncode == 2
+    assert "steps[0]: a step is exactly one of: note, checkpoint, drill (got note, drill)" in (
+        result.stderr
+    )
+    (tmp_path / "plan.yaml").write_text(PLAN.replace(f"drill: {TINY}", "drill: missing.yaml"))
+    result = subprocess.run(
+        drills_cli("gameday", str(tmp_path / "plan.yaml"), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+    )
+    assert result.returncode == 2 and "steps[2].drill: no such scenario file 'missing.yaml'" in (
+        result.stderr
+    )
+    (tmp_path / "answers.yaml").write_text("answers:\n  go-ahed: 'yes'\n")
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    result = subprocess.run(
+        drills_cli(
+            "gameday", str(tmp_path / "plan.yaml"), "--answers", str(tmp_path / "answers.yaml")
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+    )
+    assert result.returncode == 2
+    assert "answers.yaml:2 answers.go-ahed: the plan has no such checkpoint; expected one of: " in (
+        result.stderr
+    )
+
+
+def test_the_shipped_plan_loads_with_its_rehearsal_answers() -> None:
+    plan, _, drills = load_plan(ROOT / "scenarios" / "gameday-quarterly.yaml")
+    assert [s.drill for s in plan.steps if s.drill] and drills
+    result = subprocess.run(
+        drills_cli(
+            "gameday",
+            str(ROOT / "scenarios" / "gameday-quarterly.yaml"),
+            "--dry-run",
+            "--answers",
+            str(ROOT / "scenarios" / "gameday-rehearsal.yaml"),
+        ),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pre-answered: yes" in result.stdout

@@ -1,0 +1,120 @@
+"""`drills gate`: a set of drills, one JUnit file and one summary; non-zero on any failed check.
+On the unsound policy the gate fails and names the checks; a bad file stops it before anything
+runs."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from stack.config import load_stack_config
+from tests.conftest import PROFILES, LiveGateway, RunningStack, drills_cli, isolated_env
+
+ROOT = Path(__file__).resolve().parent.parent
+GATE = ROOT / "tests" / "scenarios" / "gate-latency.yaml"
+TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
+
+
+def gate(
+    tmp_path: Path, gateway: str, stack: RunningStack, config: Path, *paths: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        drills_cli(
+            "gate",
+            *map(str, paths),
+            "--gateway",
+            gateway,
+            "--toxiproxy",
+            stack.toxiproxy_url,
+            "--stack-config",
+            str(config),
+            "--out",
+            str(tmp_path / "gate"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+
+
+@pytest.mark.stack
+def test_gate_passes_on_the_sound_stack(stack: RunningStack, toxi: object, tmp_path: Path) -> None:
+    result = gate(tmp_path, stack.gateway_url, stack, stack.config_path, GATE, TINY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASSED      gate-latency" in result.stdout and "PASSED      tiny" in result.stdout
+    root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()
+    assert root.tag == "testsuites" and root.get("failures") == "0"
+    assert [s.get("name") for s in root] == ["drill:gate-latency", "drill:tiny"]
+    assert int(root.get("tests", "0")) == (3 + 1) + (2 + 1)  # a case per check + reverts
+    summary = (tmp_path / "gate" / "summary.md").read_text()
+    assert "Resilience gate: **PASSED** (2/2 drills passed)" in summary
+    assert stack.toxics() == []
+
+
+@pytest.mark.stack
+def test_gate_fails_on_the_unsound_policy_naming_the_checks(
+    stack: RunningStack,
+    gateway_factory: Callable[..., LiveGateway],
+    toxi: object,
+    tmp_path: Path,
+) -> None:
+    unsound = load_stack_config("unsound").gateway.model_dump(mode="json")
+    gw = gateway_factory(backup=False, **{k: v for k, v in unsound.items() if k != "port"})
+    result = gate(tmp_path, gw.url, stack, PROFILES / "unsound.yaml", GATE)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert "FAILED      gate-latency" in out
+    assert "FAIL fallback_rate during fault: observed 0.000, expected > 0.5" in out
+    assert "FAIL stack_lint: observed 8 error(s), 1 warning(s)" in out
+    assert "runbook: ../../scenarios/runbooks/llm-latency.md#fallback" in out
+    root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()
+    failed = {c.get("name") for c in root.iter("testcase") if c.find("failure") is not None}
+    assert failed == {"fallback_rate during fault", "stack_lint"}
+    summary = (tmp_path / "gate" / "summary.md").read_text()
+    assert "**FAILED** (0/1 drills passed)" in summary and "[request-covers-tiers]" in summary
+    assert stack.toxics() == []
+
+
+def test_a_bad_file_stops_the_gate_before_anything_runs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.read_text().replace("duration: 4s", "duration: soon", 1))
+    result = subprocess.run(
+        drills_cli(
+            "gate",
+            str(TINY),
+            str(bad),
+            "--gateway",
+            "http://127.0.0.1:1",
+            "--toxiproxy",
+            "http://127.0.0.1:1",
+            "--out",
+            str(tmp_path / "gate"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{bad}:" in result.stderr and "phases[0].duration" in result.stderr
+    assert not (tmp_path / "gate").exists()
+
+
+def test_gate_collects_drills_from_directories_and_dry_runs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        drills_cli("gate", str(ROOT / "scenarios"), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "drill inference-latency:" in result.stdout
+    assert "gameday-quarterly" not in result.stdout  # a plan, not a drill
+    assert not (tmp_path / "gate").exists()

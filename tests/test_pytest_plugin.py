@@ -1,0 +1,141 @@
+"""The pytest plugin, accepted through pytester: drill files collected as tests (a case per
+check), markers, options, clean collection errors, and a real drill run on the session's stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from tests.conftest import RunningStack
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+DRILL = """
+drill: plugin-demo
+title: Plugin demo
+runbook: runbook.md
+tags: [smoke, latency]
+load: {users: 1, prompts: ["Say hi."], max_tokens: 4, warmup: 2s, timeout: 30s, wait: 500ms}
+phases:
+  - {name: baseline, duration: 4s}
+  - name: fault
+    duration: 4s
+    inject:
+      - {kind: toxiproxy.latency, target: vllm-0, latency: 100ms}
+expect:
+  - {check: error_rate, during: baseline, below: 0.5}
+  - {check: e2e.p50, during: baseline, below: 1ms, runbook: "runbook.md#slow-answers"}
+  - {check: error_rate, during: fault, below: 0.5}
+"""
+
+RUNBOOK = "# Runbook\n\n## Slow answers\n\nLook at the engine queue first.\n"
+
+
+@pytest.fixture
+def drill_dir(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DRILLS_LEDGER", str(tmp_path / "ledger.json"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    pytester.makefile(".yaml", drill_demo=DRILL)
+    pytester.makefile(".md", runbook=RUNBOOK)
+    pytester.makefile(".yaml", other="title: not a drill\n")
+    return pytester.path
+
+
+def test_drill_files_are_collected_with_a_case_per_check(
+    pytester: pytest.Pytester, drill_dir: Path
+) -> None:
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(
+        [
+            "drill_demo.yaml::plugin-demo::error_rate during baseline",
+            "drill_demo.yaml::plugin-demo::e2e.p50 during baseline",
+            "drill_demo.yaml::plugin-demo::error_rate during fault",
+            "drill_demo.yaml::plugin-demo::every fault reverted",
+            "*4 tests collected*",
+        ]
+    )
+    assert "other.yaml" not in result.stdout.str()
+    # Markers: every drill is marked `drill` and with its tags (strict markers stay happy).
+    selected = pytester.runpytest_subprocess(
+        "--collect-only", "-q", "-m", "smoke and drill", "--strict-markers"
+    )
+    selected.stdout.fnmatch_lines(["*4 tests collected*"])
+    none = pytester.runpytest_subprocess("--collect-only", "-q", "-m", "not latency")
+    none.stdout.fnmatch_lines(["*4 deselected*"])
+
+
+def test_options_have_their_own_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(
+        ["drills: fault drills as tests:", "*--drills-profile=*", "*--drills-gateway=*"]
+    )
+
+
+def test_a_bad_drill_file_is_a_clean_collection_error(
+    pytester: pytest.Pytester, drill_dir: Path
+) -> None:
+    pytester.makefile(".yaml", drill_bad=DRILL.replace("latency: 100ms", "latency: fast"))
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        ["*drill_bad.yaml:11 phases[[]1[]].inject[[]0[]].latency: *(got 'fast')*"]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_attach_options_go_together(pytester: pytest.Pytester, drill_dir: Path) -> None:
+    result = pytester.runpytest_subprocess("--drills-gateway", "http://127.0.0.1:1")
+    result.stderr.fnmatch_lines(["*--drills-gateway and --drills-toxiproxy go together*"])
+
+
+@pytest.mark.stack
+def test_a_drill_runs_once_and_reports_each_check(
+    pytester: pytest.Pytester, drill_dir: Path, stack: RunningStack, toxi: object
+) -> None:
+    result = pytester.runpytest_subprocess(
+        "--drills-gateway",
+        stack.gateway_url,
+        "--drills-toxiproxy",
+        stack.toxiproxy_url,
+        "--drills-out",
+        str(drill_dir / "runs"),
+        "--junitxml",
+        str(drill_dir / "junit.xml"),
+        "-p",
+        "no:cacheprovider",
+        timeout=300,
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    # The failure text: observed value, expectation, reason, runbook step and report.
+    result.stdout.fnmatch_lines(
+        [
+            "*e2e.p50 during baseline: observed *ms, expected < 1ms",
+            "*runbook: runbook.md#slow-answers",
+            "*report: *index.html",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert len(list((drill_dir / "runs").glob("plugin-demo-*/journal.json"))) == 1  # ran once
+    cases = ET.parse(drill_dir / "junit.xml").getroot().iter("testcase")
+    outcome = {c.get("name"): c.find("failure") is None for c in cases}
+    assert outcome == {
+        "error_rate during baseline": True,
+        "e2e.p50 during baseline": False,
+        "error_rate during fault": True,
+        "every fault reverted": True,
+    }
+    assert stack.toxics() == []
+
+
+def test_drills_run_fixture_for_python_tests(pytester: pytest.Pytester, drill_dir: Path) -> None:
+    pytester.makepyfile(
+        test_fixture="""
+        def test_fixture_is_there(drills_run, drills_session):
+            assert callable(drills_run)
+            assert drills_session.run == drills_run
+        """
+    )
+    result = pytester.runpytest_subprocess("test_fixture.py", "-q")
+    result.assert_outcomes(passed=1)

@@ -1,0 +1,209 @@
+"""Safety: the policy checked before anything is applied, the dry run that touches nothing, and
+the kill switch (`drills abort`) that makes a running drill revert everything and stop."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from drills.safety import SafetyPolicy, SafetyViolation, check_scenario, load_policy
+from drills.scenario import load_scenario
+from tests.conftest import RunningStack, drills_cli, isolated_env
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "scenarios" / "inference-latency.yaml"
+TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
+LONG = ROOT / "tests" / "scenarios" / "long-fault.yaml"
+
+
+def refused(policy: SafetyPolicy, urls: dict[str, str] | None = None) -> list[str]:
+    scenario, doc = load_scenario(SHIPPED)
+    with pytest.raises(SafetyViolation) as info:
+        check_scenario(scenario, doc, policy, urls)
+    return info.value.problems
+
+
+def test_blast_radius_and_allowed_targets_are_checked_with_locations() -> None:
+    scenario, doc = load_scenario(SHIPPED)
+    check_scenario(scenario, doc, SafetyPolicy())  # the defaults allow the shipped drill
+    problems = refused(SafetyPolicy(max_faults_at_once=2))
+    assert problems == [
+        f"{SHIPPED}:{doc.line_of(('phases',))} phases: 3 faults would be active at once; "
+        "max_faults_at_once is 2"
+    ]
+    problems = refused(SafetyPolicy(allowed_targets=["vllm-*"], protected_targets=["vllm-1"]))
+    assert len(problems) == 2
+    assert "phases[1].inject[1].target: 'vllm-1' is not an allowed target" in problems[0]
+    assert "phases[1].inject[2].target: 'backup' is not an allowed target" in problems[1]
+    line = doc.line_of(("phases", 1, "inject", 1, "target"))
+    assert problems[0].startswith(f"{SHIPPED}:{line} ")
+    assert (
+        "toxiproxy.latency' is not an allowed fault kind"
+        in refused(SafetyPolicy(allowed_kinds=["toxiproxy.down"]))[0]
+    )
+    assert "max_fault_duration is 10s" in refused(SafetyPolicy(max_fault_duration="10s"))[0]
+    assert "max_targets is 1" in refused(SafetyPolicy(max_targets=1))[0]
+    assert "max_users is 1" in refused(SafetyPolicy(max_users=1))[0]
+    assert "max_drill_duration is 1m" in refused(SafetyPolicy(max_drill_duration="1m"))[0]
+
+
+def test_only_loopback_by_default_and_credentials_never_echoed() -> None:
+    problems = refused(
+        SafetyPolicy(), {"gateway": "https://ops:hunter2@staging.example:8080", "toxiproxy": ""}
+    )
+    assert len(problems) == 2
+    assert (
+        "host 'staging.example' is not allowed; allowed_hosts: 127.0.0.1, localhost, ::1"
+        in (problems[0])
+    )
+    assert "hunter2" not in problems[0] and "ops:***@staging.example" in problems[0]
+
+
+def test_policy_file_errors_are_located(tmp_path: Path) -> None:
+    policy = tmp_path / "drills-safety.yaml"
+    policy.write_text("allowed_hosts: [127.0.0.1]\nmax_faults_at_once: many\n")
+    with pytest.raises(Exception) as info:
+        load_policy(policy)
+    assert f"{policy}:2 max_faults_at_once" in str(info.value)
+    policy.write_text("allowed_hosts: [127.0.0.1]\nmax_users: 4\n")
+    loaded = load_policy(policy)
+    assert loaded.max_users == 4 and loaded.source == str(policy)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_dry_run_prints_the_plan_and_contacts_nothing(tmp_path: Path) -> None:
+    # Attach endpoints on a port where nothing listens: any contact would fail the command.
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    result = subprocess.run(
+        drills_cli("run", str(SHIPPED), "--dry-run", "--gateway", dead, "--toxiproxy", dead),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "toxiproxy.latency on vllm-0" in out and "20s - 50s" in out
+    assert "safety (built-in defaults): allowed" in out
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "ledger.json").exists()
+    # A profile's hops are resolved from its config, still without starting anything.
+    planned = subprocess.run(
+        drills_cli("run", str(SHIPPED), "--dry-run", "--json"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=tmp_path,
+    )
+    plan = json.loads(planned.stdout)
+    assert plan["faults"][0]["hop"] == {
+        "role": "primary",
+        "served_name": "smollm2",
+        "proxy": "127.0.0.1:18200",
+        "upstream": "127.0.0.1:18100",
+    }
+    assert [p["name"] for p in plan["phases"]] == ["baseline", "fault", "recovery"]
+    # Over the policy: the dry run says what would be refused, with exit code 2.
+    policy = tmp_path / "tight.yaml"
+    policy.write_text("max_faults_at_once: 1\n")
+    tight = subprocess.run(
+        drills_cli("run", str(SHIPPED), "--dry-run", "--safety", str(policy)),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+    )
+    assert tight.returncode == 2 and "REFUSED" in tight.stdout
+    assert "max_faults_at_once is 1" in tight.stdout
+
+
+@pytest.mark.stack
+def test_a_refused_drill_applies_nothing(stack: RunningStack, toxi: object, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("protected_targets: [vllm-0]\n")
+    result = subprocess.run(
+        drills_cli(
+            "run",
+            str(TINY),
+            "--gateway",
+            stack.gateway_url,
+            "--toxiproxy",
+            stack.toxiproxy_url,
+            "--safety",
+            str(policy),
+            "--out",
+            str(tmp_path / "runs"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "refused by the safety policy (nothing was applied)" in result.stderr
+    assert f"{TINY}:" in result.stderr and "'vllm-0' is not an allowed target" in result.stderr
+    assert stack.toxics() == []
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.stack
+def test_kill_switch_reverts_everything_and_marks_the_run_aborted(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    env = isolated_env(tmp_path)
+    proc = subprocess.Popen(
+        drills_cli(
+            "run",
+            str(LONG),
+            "--gateway",
+            stack.gateway_url,
+            "--toxiproxy",
+            stack.toxiproxy_url,
+            "--out",
+            str(tmp_path / "runs"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not stack.toxics():
+            assert time.monotonic() < deadline and proc.poll() is None, "the fault never landed"
+            time.sleep(0.2)
+        # From another terminal: `drills abort`.
+        abort = subprocess.run(
+            drills_cli("abort", "--reason", "game master says stop"),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert abort.returncode == 0, abort.stderr
+        assert "abort sent to drill long-fault" in abort.stdout
+        sent = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output
+    assert stopped_in < 20  # the fault had 2 minutes left
+    assert stack.toxics() == []
+    journal = json.loads(next((tmp_path / "runs").glob("*/journal.json")).read_text())
+    assert journal["status"] == "aborted" and journal["verdict"] == "aborted"
+    assert journal["aborted"]["reason"] == "kill switch (drills abort)"
+    assert journal["aborted"]["by"] and "game master says stop" in json.dumps(journal["aborted"])
+    assert all(f["reverted_at"] for f in journal["faults"])
+    # Nothing is left registered; a second abort finds nothing to stop.
+    again = subprocess.run(drills_cli("abort"), capture_output=True, text=True, env=env)
+    assert again.returncode == 1 and "no drill is running" in again.stdout
