@@ -96,7 +96,12 @@ def _verdict(check: Check, observed: float) -> bool:
 
 
 def _fmt(value: float, family: str) -> str:
-    if family in ("latency", "breaker_opened_within", "recovered_within"):
+    if family in (
+        "latency",
+        "breaker_opened_within",
+        "recovered_within",
+        "replacement_ready_within",
+    ):
         return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
     if family == "rate":
         return f"{value:.3f}"
@@ -276,7 +281,10 @@ def _recovered(check: Check, ev: Evaluation) -> CheckResult:
     ended = [f.get("reverted_at") for f in faults]
     if not faults or any(e is None for e in ended):
         return _result(check, "recovered_within", None, 0, "a fault was never reverted")
-    fault_end = max(e for e in ended if e is not None)
+    if check.since == "fault_start":
+        fault_end = min(f["applied_at"] for f in faults)
+    else:
+        fault_end = max(e for e in ended if e is not None)
     slo = ev.scenario.slo
     bound = slo.e2e_p90
     if bound is None:
@@ -320,6 +328,49 @@ def _recovered(check: Check, ev: Evaluation) -> CheckResult:
         f"did not hold for any {slo.window:g}s window in the "
         f"{max(run_end - fault_end, 0):.0f}s after the fault ended",
     )
+
+
+def _kills(ev: Evaluation, target: str | None) -> list[dict[str, Any]]:
+    return [f for f in _fault_times(ev, target) if f["kind"].endswith(".kill")]
+
+
+def _replacement_ready(check: Check, ev: Evaluation) -> CheckResult:
+    kills = _kills(ev, check.target)
+    if not kills:
+        return _result(
+            check, "replacement_ready_within", None, 0, f"no kill of {check.target} was applied"
+        )
+    worst = 0.0
+    for kill in kills:
+        after = kill.get("after") or {}
+        if not after.get("ready_at"):
+            return _result(
+                check,
+                "replacement_ready_within",
+                None,
+                0,
+                f"no replacement of {check.target} was ready before the drill ended"
+                + (f" ({after['error']})" if after.get("error") else ""),
+            )
+        worst = max(worst, after["ready_at"] - kill["applied_at"])
+    return _result(check, "replacement_ready_within", worst, len(kills))
+
+
+def _requests_lost(check: Check, ev: Evaluation) -> CheckResult:
+    """Requests that failed outright (an error, not a fallback) from each kill until its
+    replacement was ready (or the drill's end)."""
+    kills = _kills(ev, check.target)
+    if not kills:
+        return _result(check, "requests_lost", None, 0, "no kill fault was applied")
+    lost, seen = 0, 0
+    for kill in kills:
+        ready = (kill.get("after") or {}).get("ready_at") or ev.run_window[1]
+        window = [r for r in ev.records if kill["applied_at"] <= r["start"] < ready]
+        seen += len(window)
+        lost += sum(is_error(r) for r in window)
+    if not seen:
+        return _result(check, "requests_lost", None, 0, "no request was sent while it was down")
+    return _result(check, "requests_lost", float(lost), seen)
 
 
 def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
@@ -368,6 +419,8 @@ def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[Chec
             "breaker_opened_within": _breaker_opened,
             "recovered_within": _recovered,
             "stack_lint": _stack_lint,
+            "replacement_ready_within": _replacement_ready,
+            "requests_lost": _requests_lost,
         }[family or ""]
         results.append(handler(check, ev))
     return results

@@ -545,7 +545,14 @@ class GameDay:
         notes = self._notes()
         for note in notes:
             self.timeline.append(
-                {"time": note["time"], "source": "observer", "event": "note", **note}
+                {
+                    "time": note["time"],
+                    "source": "observer",
+                    "event": "note",
+                    "by": note["by"],
+                    "text": note["text"],
+                    "via": note["source"],
+                }
             )
         if status == "aborted":
             verdict = "aborted"

@@ -61,7 +61,7 @@ class Ledger:
 
     def sweep(self) -> list[dict[str, Any]]:
         """Revert faults left by runs that are no longer alive; return what was removed."""
-        from injectors.toxiproxy import revert_entry
+        from injectors.base import revert_entry
 
         removed = []
         for key, entry in self.entries().items():

@@ -208,6 +208,16 @@ def lint_config(
             "keep 100ms or so in fallback_reserve",
         )
 
+    if primaries == 1 and config.backup is None:
+        add(
+            "warning",
+            "redundancy",
+            ("replicas",),
+            "one replica and no backup model: losing its engine (a node, an OOM kill) leaves "
+            "only the fallback text until a replacement has loaded the model",
+            "run a second replica or a backup model on another node",
+        )
+
     engine_slots = primaries * config.engine.max_num_seqs
     if gw.admission.max_concurrency > engine_slots:
         add(

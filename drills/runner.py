@@ -134,6 +134,8 @@ class FaultRun:
     reverted_at: float | None = None
     evidence: dict[str, Any] | None = None
     revert: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    """What the injector observed after the run (a killed process's replacement, ...)."""
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -149,6 +151,7 @@ class FaultRun:
             "reverted_at": self.reverted_at,
             "evidence": self.evidence,
             "revert": self.revert,
+            "after": self.after,
             "error": self.error,
         }
 
@@ -214,8 +217,9 @@ class Runner:
         scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
         self._check_health(endpoints)
+        state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
-            check_targets(scenario, self.doc, sorted(client.proxies()))
+            check_targets(scenario, self.doc, sorted(client.proxies()), self._components(state_dir))
         ledger = Ledger(self.options.ledger)
         leftovers = ledger.sweep()
         for item in leftovers:
@@ -225,7 +229,7 @@ class Runner:
             )
         shared = ToxiproxyClient(endpoints.toxiproxy)
         shared.version()  # open the kept-alive connection before the first fault is due
-        context = InjectionContext(self.run_id, endpoints.toxiproxy, shared)
+        context = InjectionContext(self.run_id, endpoints.toxiproxy, shared, state_dir)
         faults: list[FaultRun] = []
         phases: dict[str, tuple[float, float]] = {}
         for window in fault_windows(scenario):
@@ -278,10 +282,22 @@ class Runner:
                 self._event("interrupted", signal=str(exc))
             except KillSwitch:
                 status = "aborted"
-                abort = {"reason": "kill switch (drills abort)", **abort_request(abort_path)}
+                request = abort_request(abort_path)
+                abort = {
+                    "reason": "kill switch (drills abort)",
+                    "by": request.get("by"),
+                    "message": request.get("reason"),
+                    "requested_at": request.get("at"),
+                }
                 self._event("aborted", **abort)
             finally:
                 shared.close()
+        for ran in faults:
+            if ran.applied_at is not None and hasattr(ran.injector, "observe"):
+                try:
+                    ran.after = ran.injector.observe()
+                except Exception as exc:  # the run's evidence is incomplete, not lost
+                    ran.after = {"error": f"could not observe the recovery: {exc}"}
         ended_at = time.time()
         records = live + reader.read_new()
         if not phases:
@@ -322,6 +338,44 @@ class Runner:
 
         render_all(journal_path)
         return run_dir
+
+    def _state_dir(self) -> Path | None:
+        """The embedded stack's state directory, when this run knows it."""
+        from stack.state import default_state_dir
+
+        if self.options.state_dir is not None:
+            return self.options.state_dir
+        return None if attach_of(self.scenario, self.options) else default_state_dir()
+
+    def _components(self, state_dir: Path | None) -> list[str] | None:
+        """The stack's components, or ``None`` when the drill has no process fault; raise
+        ``ConfigError`` when it has one and no embedded stack state is known."""
+        from stack.state import read_state
+
+        process = [
+            (i, j)
+            for i, p in enumerate(self.scenario.phases)
+            for j, f in enumerate(p.inject)
+            if f.kind.startswith("process.")
+        ]
+        if not process:
+            return None
+        state = read_state(state_dir) if state_dir else None
+        if state is None:
+            i, j = process[0]
+            where = (
+                f"{self.doc.path}:{self.doc.line_of(('phases', i, 'inject', j))} "
+                if self.doc
+                else ""
+            )
+            raise ConfigError(
+                [
+                    f"{where}phases[{i}].inject[{j}]: process faults need the embedded stack's "
+                    f"state ({state_dir or 'none given'} has none); pass --state-dir of the "
+                    "stack `drills stack up` started"
+                ]
+            )
+        return sorted(state.components)
 
     def _lint(self, endpoints: StackEndpoints) -> list[dict[str, Any]] | None:
         """Lint findings on the stack's config (``None`` when the stack's config is unknown)."""

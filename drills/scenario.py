@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drills.errors import ConfigError
 from drills.units import Duration, Size
-from drills.yamlsrc import YamlDocument, load_yaml, parse_model
+from drills.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 
 __all__ = [
     "CHECKS",
@@ -52,17 +52,21 @@ class _Model(BaseModel):
 # -- faults ---------------------------------------------------------------------------------
 
 
-class _ToxicBase(_Model):
+class _FaultBase(_Model):
     target: str = Field(min_length=1)
-    """The Toxiproxy proxy (a hop of the stack: vllm-0, vllm-1, backup, ...)."""
     at: Duration = 0.0
     """Offset from the start of the phase."""
     for_: Duration | None = Field(default=None, alias="for")
     """How long the fault lasts; by default until the phase ends."""
-    stream: Literal["upstream", "downstream"] = "downstream"
-    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _ToxicBase(_FaultBase):
+    """A Toxiproxy fault; ``target`` is the proxy (a hop of the stack: vllm-0, backup, ...)."""
+
+    stream: Literal["upstream", "downstream"] = "downstream"
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
 
     def toxic_attributes(self) -> dict[str, int]:
         """Toxiproxy's attributes for this toxic, in Toxiproxy's own units."""
@@ -145,8 +149,74 @@ class LimitDataFault(_ToxicBase):
         return {"bytes": self.bytes}
 
 
+class ProcessKillFault(_FaultBase):
+    """Kill a component of the embedded stack (``target``: vllm-0, vllm-1, gateway, ...), its
+    whole process group, the way a node loss or an OOM kill takes it. The supervisor brings a
+    replacement up; the window (``for``, or the rest of the phase) is the time the drill watches
+    the stack carry on without it."""
+
+    kind: Literal["process.kill"]
+    signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
+    grace: Duration = 10.0
+    """With SIGTERM: how long the process may take to exit before SIGKILL follows."""
+
+
+class ProcessFreezeFault(_FaultBase):
+    """Freeze a component (SIGSTOP on its process group): the hung worker that still holds its
+    port and its connections. Thawed (SIGCONT) when the window ends."""
+
+    kind: Literal["process.freeze"]
+
+
+PROCESS_KINDS = ("process.kill", "process.freeze")
+
+
+class DockerFault(_FaultBase):
+    """A fault on containers. ``target`` selects them: a container name, or
+    ``label:KEY=VALUE[,KEY=VALUE]``; ``mode`` says how many of those matched are hit."""
+
+    kind: Literal[
+        "docker.kill", "docker.stop", "docker.restart", "docker.pause", "docker.disconnect"
+    ]
+    mode: Literal["one", "all"] = "one"
+    signal: str = Field(default="SIGKILL", pattern=r"^SIG[A-Z0-9]+$")
+    """docker.kill: the signal."""
+    grace: Duration = 10.0
+    """docker.stop / docker.restart: time to exit after SIGTERM."""
+    network: str | None = None
+    """docker.disconnect: the network to cut (default: every network of the container)."""
+    host: str | None = None
+    """The Docker daemon (default ``$DOCKER_HOST`` or the local socket)."""
+
+    @property
+    def selector(self) -> tuple[str | None, dict[str, str]]:
+        """``(name, labels)`` for the Docker API."""
+        if not self.target.startswith("label:"):
+            return self.target, {}
+        labels: dict[str, str] = {}
+        for pair in self.target.removeprefix("label:").split(","):
+            key, _, value = pair.partition("=")
+            labels[key.strip()] = value.strip()
+        return None, labels
+
+    @model_validator(mode="after")
+    def _selector_syntax(self) -> DockerFault:
+        if self.target.startswith("label:"):
+            pairs = self.target.removeprefix("label:").split(",")
+            if not all("=" in p and p.split("=", 1)[0].strip() for p in pairs):
+                raise ValueError(
+                    f"target {self.target!r}: a label selector is label:KEY=VALUE[,KEY=VALUE]"
+                )
+        if self.network is not None and self.kind != "docker.disconnect":
+            raise ValueError("'network' applies to docker.disconnect only")
+        return self
+
+
 Fault = Annotated[
-    LatencyFault
+    ProcessKillFault
+    | ProcessFreezeFault
+    | DockerFault
+    | LatencyFault
     | DownFault
     | TimeoutFault
     | BandwidthFault
@@ -239,6 +309,8 @@ CHECKS = (
     "prometheus",
     "breaker_opened_within",
     "recovered_within",
+    "replacement_ready_within",
+    "requests_lost",
     "stack_lint",
 )
 
@@ -253,6 +325,8 @@ def check_family(name: str) -> str | None:
         "prometheus",
         "breaker_opened_within",
         "recovered_within",
+        "replacement_ready_within",
+        "requests_lost",
         "stack_lint",
     ):
         return name
@@ -272,6 +346,8 @@ class Check(_Model):
     metric: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     agg: Literal["increase", "max", "min", "last"] = "last"
+    since: Literal["fault_start", "fault_end"] = "fault_end"
+    """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -290,13 +366,16 @@ class Check(_Model):
                 )
         elif self.below is None and self.above is None:
             raise ValueError(f"check {self.check!r} needs a bound: below or above")
-        if family in ("breaker_opened_within", "recovered_within") and self.above is not None:
-            raise ValueError(f"check {self.check!r} takes only 'below' (a duration)")
-        if family == "breaker_opened_within" and not self.target:
-            raise ValueError("check 'breaker_opened_within' needs a target (an upstream name)")
+        timed = ("breaker_opened_within", "recovered_within", "replacement_ready_within")
+        if family in (*timed, "requests_lost") and self.above is not None:
+            raise ValueError(f"check {self.check!r} takes only 'below'")
+        if family in ("breaker_opened_within", "replacement_ready_within") and not self.target:
+            raise ValueError(
+                f"check {self.check!r} needs a target (the faulted upstream/component)"
+            )
         if family == "prometheus" and not (self.metric and self.source):
             raise ValueError("check 'prometheus' needs 'source' and 'metric'")
-        if family in ("latency", "breaker_opened_within", "recovered_within"):
+        if family in ("latency", *timed):
             for bound in (self.below, self.above):
                 if bound is not None and not isinstance(bound, str):
                     raise ValueError(
@@ -417,26 +496,50 @@ class Scenario(_Model):
                     + (", ".join(sorted(targets)) or "(no faults)"),
                     check.target,
                 )
+            if check.check == "replacement_ready_within":
+                kills = {
+                    f.target for p in self.phases for f in p.inject if f.kind == "process.kill"
+                }
+                if check.target not in kills:
+                    yield (
+                        ("expect", i, "target"),
+                        "no process.kill fault of the drill targets it; expected one of: "
+                        + (", ".join(sorted(kills)) or "(no kill faults)"),
+                        check.target,
+                    )
             if check.check == "recovered_within" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
 
 
-def _fault_locs(scenario: Scenario) -> Iterator[tuple[Loc, str]]:
+def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
-            yield ("phases", i, "inject", j, "target"), fault.target
+            if fault.kind.split(".", 1)[0] == family:
+                yield ("phases", i, "inject", j, "target"), fault.target
 
 
-def check_targets(scenario: Scenario, doc: YamlDocument | None, targets: list[str]) -> None:
-    """Refuse faults on targets the stack does not have (``targets``: its proxy names)."""
+def check_targets(
+    scenario: Scenario,
+    doc: YamlDocument | None,
+    targets: list[str],
+    components: list[str] | None = None,
+) -> None:
+    """Refuse faults on targets the stack does not have: ``targets`` are its Toxiproxy proxy
+    names, ``components`` its processes (``None``: not known here, checked when applied)."""
     problems = []
-    for loc, target in _fault_locs(scenario):
-        if target not in targets:
-            where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-            problems.append(
-                f"{where}{'.'.join(str(p) for p in loc)}: the stack has no hop {target!r}; "
-                f"expected one of: {', '.join(targets)}"
-            )
+    for family, names, what in (
+        ("toxiproxy", targets, "hop"),
+        ("process", components, "component"),
+    ):
+        if names is None:
+            continue
+        for loc, target in _fault_locs(scenario, family):
+            if target not in names:
+                where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+                problems.append(
+                    f"{where}{format_path(loc)}: the stack has no {what} {target!r}; "
+                    f"expected one of: {', '.join(names)}"
+                )
     if problems:
         raise ConfigError(problems)
 
@@ -455,5 +558,5 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
             raise ConfigError(
                 [f"{doc.path}:{doc.line_of(('stack',))} stack: {p}" for p in exc.problems]
             ) from None
-        check_targets(scenario, doc, [u.name for u in config.upstreams])
+        check_targets(scenario, doc, [u.name for u in config.upstreams], config.component_names)
     return scenario, doc

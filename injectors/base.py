@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Protocol
 
 from drills.errors import InputError
 
-__all__ = ["REGISTRY", "InjectionContext", "Injector", "build"]
+__all__ = ["REGISTRY", "InjectionContext", "Injector", "Observer", "build", "revert_entry"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class InjectionContext:
     toxiproxy: Any = None
     """A ``ToxiproxyClient`` shared by the run's injectors (kept-alive connection: faults land
     within milliseconds of their scheduled time); one is made per call if absent."""
+    state_dir: Path | None = None
+    """The embedded stack's state directory (process faults find their targets there)."""
 
 
 class Injector(Protocol):
@@ -43,6 +46,13 @@ class Injector(Protocol):
     def ledger_entry(self) -> dict[str, Any]: ...
 
 
+class Observer(Protocol):
+    """Optional: an injector that can say, after the run, how the target recovered (the
+    replacement of a killed process, when it was ready again)."""
+
+    def observe(self) -> dict[str, Any]: ...
+
+
 Factory = Callable[[Any, InjectionContext, int], Injector]
 REGISTRY: dict[str, Factory] = {}
 
@@ -52,12 +62,30 @@ def _load_entry_points() -> None:
         REGISTRY.setdefault(entry.name, entry.load())
 
 
-def build(fault: Any, context: InjectionContext, index: int) -> Injector:
-    """The injector for ``fault`` (a scenario fault model), keyed by its ``kind``."""
+def _registered() -> None:
     if not REGISTRY:
-        from injectors import toxiproxy  # noqa: F401 - registers its kinds
+        from injectors import docker, process, toxiproxy  # noqa: F401 - register their kinds
 
         _load_entry_points()
+
+
+def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Revert a fault from its ledger entry (written by a run that may have crashed), with the
+    module of its fault family."""
+    from importlib import import_module
+
+    family = str(entry["kind"]).split(".", 1)[0]
+    try:
+        module = import_module(f"injectors.{family}")
+    except ImportError:
+        raise InputError(f"no injector family {family!r} to revert {entry['kind']!r}") from None
+    outcome: dict[str, Any] = module.revert_entry(entry)
+    return outcome
+
+
+def build(fault: Any, context: InjectionContext, index: int) -> Injector:
+    """The injector for ``fault`` (a scenario fault model), keyed by its ``kind``."""
+    _registered()
     family = fault.kind.split(".", 1)[0]
     factory = REGISTRY.get(fault.kind) or REGISTRY.get(family)
     if factory is None:

@@ -29,7 +29,7 @@ def render_markdown(journal: dict[str, Any], out_dir: Path) -> str:
         "|---|---|---|---|",
     ]
     for check in journal["checks"]:
-        result = "pass" if check["passed"] else "**FAIL**"
+        result = "pass" if check["passed"] else f"**FAIL**: {_cell(check['reason'])}"
         if not check["passed"]:
             link = runbook_link(journal, check.get("runbook"), out_dir)
             if link:

@@ -225,6 +225,11 @@ class StackConfig(_Model):
             )
         return hops
 
+    @property
+    def component_names(self) -> list[str]:
+        """The processes the supervisor runs (targets of ``process.*`` faults)."""
+        return ["toxiproxy", *(r.name for r in self.replicas), "gateway"]
+
     def served_names(self, replica: str) -> list[str]:
         """Model names the engine process of ``replica`` answers to."""
         names = [self.engine.served_name]

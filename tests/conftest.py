@@ -28,7 +28,7 @@ from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.docker_env"]
 
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 
@@ -180,11 +180,14 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
     """Start a real gateway over the stack's proxies with a modified policy.
 
     ``gateway_factory(timeouts={...}, retries={...}, breaker=..., backup=True)`` merges the
-    given sections into the sound profile's gateway config.
+    given sections into the sound profile's gateway config; ``replicas=["vllm-0"]`` keeps only
+    those primaries.
     """
     started: list[tuple[_ThreadedServer, threading.Thread, httpx.Client]] = []
 
-    def start(*, backup: bool = True, **sections: Any) -> LiveGateway:
+    def start(
+        *, backup: bool = True, replicas: list[str] | None = None, **sections: Any
+    ) -> LiveGateway:
         base = stack.config.gateway.model_dump(mode="json")
         for key, value in sections.items():
             if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -197,6 +200,9 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
             update={
                 "gateway": GatewayConfig.model_validate(base),
                 "backup": stack.config.backup if backup else None,
+                "replicas": [
+                    r for r in stack.config.replicas if replicas is None or r.name in replicas
+                ],
             }
         )
         app = create_app(config)

@@ -178,4 +178,7 @@ def test_junit_has_one_case_per_check_and_markdown_links_failures(tmp_path: Path
     assert suite.get("failures") == "1"
     summary = paths["markdown"].read_text()
     assert "**FAILED**" in summary
-    assert "| fallback_rate during fault | < 0.5 | 1.000 | **FAIL** ([runbook]" in summary
+    assert (
+        "| fallback_rate during fault | < 0.5 | 1.000 | **FAIL**: observed 1.000, expected < 0.5 "
+        "([runbook]" in summary
+    )

@@ -1,0 +1,239 @@
+"""Container faults through the Docker Engine API: kill, stop, restart, pause, cut off the
+network; containers chosen by name or by labels.
+
+Evidence is each hit container as the daemon reports it afterwards (not running, paused, no
+longer on the network). After the run ``observe`` reports how each came back: restarted by its
+restart policy (a new start time and restart count) or replaced by another container matching
+the same selector (a new id), and when it was running and, if it has a health check, healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+from typing import Any
+
+from drills.docker import DockerClient, DockerError
+from drills.errors import DrillsError, RevertError
+from injectors.base import REGISTRY, InjectionContext
+
+__all__ = ["DockerInjector", "revert_entry"]
+
+
+class InjectionFailed(DrillsError):
+    """The container fault could not be applied (nothing matched, or the daemon refused)."""
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """Docker's RFC 3339 time (nanoseconds, ``Z``) as epoch seconds; ``None`` for the zero time."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head + "+00:00").timestamp()
+    return base + (float("0." + frac[:9]) if frac else 0.0)
+
+
+def _brief(info: dict[str, Any]) -> dict[str, Any]:
+    state = info.get("State", {})
+    return {
+        "id": info["Id"][:12],
+        "name": info.get("Name", "").lstrip("/"),
+        "status": state.get("Status"),
+        "running": state.get("Running"),
+        "paused": state.get("Paused"),
+        "pid": state.get("Pid"),
+        "started_at": _epoch(state.get("StartedAt")),
+        "restart_count": info.get("RestartCount", 0),
+        "health": (state.get("Health") or {}).get("Status"),
+        "networks": sorted((info.get("NetworkSettings") or {}).get("Networks") or {}),
+    }
+
+
+class DockerInjector:
+    def __init__(self, fault: Any, context: InjectionContext, index: int) -> None:
+        self.fault = fault
+        self.kind: str = fault.kind
+        self.target: str = fault.target
+        self.host: str | None = fault.host
+        self.victims: list[dict[str, Any]] = []
+        self.applied_at: float | None = None
+
+    def ledger_entry(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "host": self.host,
+            "victims": self.victims,
+        }
+
+    def _select(self, docker: DockerClient) -> list[dict[str, Any]]:
+        name, labels = self.fault.selector
+        found = docker.containers(name=name, labels=labels)
+        running = [c for c in found if c.get("State") == "running"]
+        if not running:
+            states = ", ".join(f"{c['Names'][0].lstrip('/')} ({c['State']})" for c in found)
+            raise InjectionFailed(
+                f"{self.kind}: the selector {self.target!r} matches no running container"
+                + (f" (matched, not running: {states})" if states else "")
+            )
+        return running[:1] if self.fault.mode == "one" else running
+
+    def apply(self) -> dict[str, Any]:
+        with DockerClient(self.host) as docker:
+            chosen = self._select(docker)
+            self.applied_at = time.time()
+            hit = []
+            for container in chosen:
+                info = docker.inspect(container["Id"])
+                before = _brief(info)
+                networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+                cut = [self.fault.network] if self.fault.network else sorted(networks)
+                self.victims.append(
+                    {
+                        "id": info["Id"],
+                        "name": before["name"],
+                        "started_at": before["started_at"],
+                        "restart_count": before["restart_count"],
+                        "networks": {n: networks.get(n) for n in cut},
+                    }
+                )
+                self._act(docker, info["Id"], cut)
+                hit.append({"before": before, "after": self._landed(docker, info["Id"], before)})
+        return {"applied_at": self.applied_at, "containers": hit}
+
+    def _act(self, docker: DockerClient, cid: str, networks: list[str]) -> None:
+        if self.kind == "docker.kill":
+            self.victims[-1]["method"] = self._kill(docker, cid)
+        elif self.kind == "docker.stop":
+            docker.stop(cid, self.fault.grace)
+        elif self.kind == "docker.restart":
+            docker.restart(cid, self.fault.grace)
+        elif self.kind == "docker.pause":
+            docker.pause(cid)
+        else:
+            if not networks:
+                raise InjectionFailed(f"{self.kind}: {cid[:12]} is on no network to cut")
+            for network in networks:
+                docker.disconnect(network, cid)
+
+    def _kill(self, docker: DockerClient, cid: str) -> str:
+        """Kill the container's main process the way a crash or the OOM killer does: a signal
+        from outside. (Docker counts a kill through its API as a manual stop, after which
+        restart policies do not apply: a drill of "the engine died" would then measure
+        nothing.) Through the API only when the daemon is remote."""
+        pid = int(docker.inspect(cid)["State"].get("Pid") or 0)
+        local = docker.host.startswith("unix://") and pid > 0 and os.path.exists(f"/proc/{pid}")
+        if local:
+            os.kill(pid, signal.Signals[self.fault.signal])
+            return f"{self.fault.signal} to the container's main process (pid {pid})"
+        docker.kill(cid, self.fault.signal)
+        return f"{self.fault.signal} through the Docker API (a manual stop for restart policies)"
+
+    def _landed(self, docker: DockerClient, cid: str, before: dict[str, Any]) -> dict[str, Any]:
+        """The container as the daemon reports it once the fault is in place."""
+        deadline = time.monotonic() + 10
+        while True:
+            now = _brief(docker.inspect(cid))
+            if self.kind == "docker.pause":
+                done = bool(now["paused"])
+            elif self.kind == "docker.disconnect":
+                done = not set(self.victims[-1]["networks"]) & set(now["networks"])
+            elif self.kind == "docker.restart":
+                done = bool(now["running"]) and now["started_at"] != before["started_at"]
+            else:
+                # Stopped, or already brought back by its restart policy (a new start).
+                done = not now["running"] or now["started_at"] != before["started_at"]
+            if done:
+                return now
+            if time.monotonic() > deadline:
+                raise InjectionFailed(f"{self.kind} on {before['name']}: did not land; now {now}")
+            time.sleep(0.05)
+
+    def revert(self) -> dict[str, Any]:
+        return {**revert_entry(self.ledger_entry()), "finished_at": time.time()}
+
+    def observe(self) -> dict[str, Any]:
+        """How each hit container came back: restarted in place, or replaced by a new one."""
+        if self.applied_at is None:
+            return {}
+        out = []
+        with DockerClient(self.host) as docker:
+            for victim in self.victims:
+                try:
+                    now = _brief(docker.inspect(victim["id"]))
+                except DockerError:
+                    now = None
+                back: dict[str, Any] | None = None
+                if now and now["running"] and (now["started_at"] or 0) > self.applied_at:
+                    back = now
+                if back is None:
+                    name, labels = self.fault.selector
+                    for c in docker.containers(name=name, labels=labels):
+                        if c["Id"] != victim["id"] and c["Created"] >= self.applied_at - 1:
+                            info = _brief(docker.inspect(c["Id"]))
+                            if info["running"]:
+                                back = info
+                if back is None:
+                    out.append({"victim": victim["name"], "replacement": None, "ready_at": None})
+                    continue
+                ready = back["started_at"]
+                if back["health"] is not None:
+                    ready = None
+                    events = docker.events(self.applied_at, time.time(), back["id"])
+                    healthy = [
+                        e.get("timeNano", e["time"] * 1e9) / 1e9
+                        for e in events
+                        if e.get("status", e.get("Action", "")) == "health_status: healthy"
+                    ]
+                    ready = float(healthy[0]) if healthy else None
+                out.append(
+                    {
+                        "victim": victim["name"],
+                        "replacement": back["id"],
+                        "replacement_started_at": back["started_at"],
+                        "restart_count": back["restart_count"],
+                        "ready_at": ready,
+                    }
+                )
+        readies = [o["ready_at"] for o in out]
+        return {
+            "containers": out,
+            "ready_at": max(readies) if readies and None not in readies else None,
+        }
+
+
+def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Undo a container fault from its ledger entry; harmless when there is nothing to undo."""
+    kind = entry["kind"]
+    victims = entry.get("victims") or []
+    if kind in ("docker.kill", "docker.restart") or not victims:
+        return {"method": "none (restarting it is the orchestrator's job)"}
+    done = []
+    try:
+        with DockerClient(entry.get("host")) as docker:
+            for victim in victims:
+                try:
+                    info = _brief(docker.inspect(victim["id"]))
+                except DockerError:
+                    done.append(f"{victim['name']}: gone")
+                    continue
+                if kind == "docker.pause" and info["paused"]:
+                    docker.unpause(victim["id"])
+                    done.append(f"{victim['name']}: unpaused")
+                elif kind == "docker.stop" and not info["running"]:
+                    docker.start(victim["id"])
+                    done.append(f"{victim['name']}: started")
+                elif kind == "docker.disconnect":
+                    for network, endpoint in victim["networks"].items():
+                        if network not in info["networks"]:
+                            docker.connect(network, victim["id"], endpoint)
+                            done.append(f"{victim['name']}: reconnected to {network}")
+    except DockerError as exc:
+        raise RevertError(f"{kind} on {entry['target']}: {exc}") from None
+    return {"method": "; ".join(done) or "nothing left to undo"}
+
+
+for _kind in ("docker.kill", "docker.stop", "docker.restart", "docker.pause", "docker.disconnect"):
+    REGISTRY[_kind] = DockerInjector

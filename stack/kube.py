@@ -1,0 +1,313 @@
+"""A real Kubernetes control plane on this machine, for the Kubernetes injector's tests and for
+trying manifests: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from
+their Go modules, run by KWOK's ``kwokctl`` (binary runtime), with KWOK playing the nodes
+(GPU nodes carry ``nvidia.com/gpu``) and their kubelets.
+
+``ensure_kube_binaries()`` builds everything once into the cache (``~/.cache/drills/kube/<key>``,
+keyed by the versions below; 10-25 minutes cold on 2 cores, seconds afterwards).
+``KwokCluster`` creates a cluster in a work folder of its own and deletes it again.
+
+Kubernetes' own module cannot be ``go install``-ed (its staging modules are ``v0.0.0`` with
+``replace`` directives that only apply in its own main module), so a throwaway wrapper module
+repeats those replaces at the matching published versions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from drills.errors import ProvisionError, StackError
+from stack.provision import MARKER, _find_go, _fresh, _locked, _run, cache_root
+
+__all__ = [
+    "ETCD_VERSION",
+    "KUBERNETES_VERSION",
+    "KWOK_VERSION",
+    "KubeBinaries",
+    "KwokCluster",
+    "ensure_kube_binaries",
+]
+
+logger = logging.getLogger(__name__)
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "kwokctl",
+)
+
+
+class KubeBinaries:
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+
+    def __getitem__(self, name: str) -> Path:
+        return self.bindir / name
+
+
+def _key() -> str:
+    return f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
+
+
+def _go_env(gopath_cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CGO_ENABLED": "0",
+        "GOFLAGS": "-mod=mod",
+        # Builds of this size need the module and build caches of the user, not a fresh one.
+        "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local"),
+        "GOCACHE": os.environ.get("GOCACHE", str(gopath_cache / "gocache")),
+    }
+
+
+def _kubernetes_replaces(go: str, env: dict[str, str]) -> tuple[list[str], str | None]:
+    """``replace`` lines for every staging module of k8s.io/kubernetes, and its godebug line."""
+    found = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise ProvisionError(f"go mod download k8s.io/kubernetes failed: {found.stderr.strip()}")
+    gomod = Path(json.loads(found.stdout)["GoMod"]).read_text()
+    staging_version = "v0" + KUBERNETES_VERSION[2:]  # v1.36.3 -> v0.36.3
+    replaces, godebug = [], None
+    for line in gomod.splitlines():
+        words = line.strip().split()
+        if len(words) >= 2 and words[0].startswith("k8s.io/") and words[1] == "v0.0.0":
+            replaces.append(f"replace {words[0]} => {words[0]} {staging_version}")
+        if line.startswith("godebug"):
+            godebug = line
+    if not replaces:
+        raise ProvisionError("k8s.io/kubernetes's go.mod lists no staging modules; format changed?")
+    return sorted(set(replaces)), godebug
+
+
+def ensure_kube_binaries() -> KubeBinaries:
+    """Build (once) and return the control plane's binaries."""
+    bindir = cache_root() / "kube" / _key()
+    if (bindir / MARKER).exists():
+        return KubeBinaries(bindir)
+    go = _find_go()
+    if go is None:
+        raise ProvisionError(
+            "Go is needed to build the Kubernetes control plane (https://go.dev/dl)"
+        )
+    with _locked("kube"):
+        if (bindir / MARKER).exists():
+            return KubeBinaries(bindir)
+        _fresh(bindir)
+        bindir.mkdir(parents=True)
+        log = cache_root() / "logs" / f"{_key()}.log"
+        env = _go_env(cache_root() / "kube")
+        work = bindir / "work"
+
+        # Kubernetes: a wrapper module with the staging replaces.
+        kube = work / "kubernetes"
+        kube.mkdir(parents=True)
+        replaces, godebug = _kubernetes_replaces(go, env)
+        (kube / "go.mod").write_text(
+            "module drills.local/kubebuild\n\ngo 1.26\n\n"
+            + (f"{godebug}\n\n" if godebug else "")
+            + f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
+            + "\n".join(replaces)
+            + "\n"
+        )
+        (kube / "tools.go").write_text(
+            "//go:build tools\n\npackage tools\n\nimport (\n"
+            '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n'
+            '\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n'
+            '\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n'
+            '\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n'
+        )
+        _run([go, "mod", "tidy"], what="resolving Kubernetes modules", log=log, env=env, cwd=kube)
+        minor = KUBERNETES_VERSION[1:].split(".")[1]
+        stamp = " ".join(
+            f"-X {pkg}.gitVersion={KUBERNETES_VERSION} -X {pkg}.gitMajor=1 "
+            f"-X {pkg}.gitMinor={minor}"
+            for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        )
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"):
+            _run(
+                [
+                    go,
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    f"-s -w {stamp}",
+                    "-o",
+                    str(bindir / name),
+                    f"k8s.io/kubernetes/cmd/{name}",
+                ],
+                what=f"building {name} {KUBERNETES_VERSION} (first time only, minutes)",
+                log=log,
+                env=env,
+                cwd=kube,
+            )
+
+        # etcd: its server module is the etcd main package.
+        etcd = work / "etcd"
+        etcd.mkdir(parents=True)
+        (etcd / "go.mod").write_text(
+            f"module drills.local/etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 "
+            f"{ETCD_VERSION}\n"
+        )
+        (etcd / "tools.go").write_text(
+            '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n'
+        )
+        _run([go, "mod", "tidy"], what="resolving etcd modules", log=log, env=env, cwd=etcd)
+        _run(
+            [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(bindir / "etcd"),
+                "go.etcd.io/etcd/server/v3",
+            ],
+            what=f"building etcd {ETCD_VERSION} (first time only)",
+            log=log,
+            env=env,
+            cwd=etcd,
+        )
+
+        # KWOK: plain go install into the bin folder.
+        _run(
+            [
+                go,
+                "install",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}",
+                f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+            ],
+            what=f"building kwok and kwokctl {KWOK_VERSION} (first time only)",
+            log=log,
+            env={**env, "GOBIN": str(bindir)},
+        )
+        shutil.rmtree(work)
+        missing = [b for b in BINARIES if not (bindir / b).exists()]
+        if missing:
+            raise ProvisionError(
+                f"the Kubernetes build produced no {', '.join(missing)}; see {log}"
+            )
+        (bindir / MARKER).write_text(_key() + "\n")
+    return KubeBinaries(bindir)
+
+
+class KwokCluster:
+    """One KWOK cluster (real control plane, simulated nodes) in ``workdir``."""
+
+    def __init__(self, name: str, workdir: Path, binaries: KubeBinaries) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.binaries = binaries
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "clusters" / self.name / "kubeconfig.yaml"
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KWOK_WORKDIR": str(self.workdir),
+            "PATH": f"{self.binaries.bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+    def _config(self) -> Path:
+        b = self.binaries
+        path = self.workdir / "kwokctl.yaml"
+        # A pod becomes Ready some seconds after it starts running, like a model server that
+        # loads its weights: a drill then sees "replacement scheduled" and "replacement ready"
+        # as two distinct moments.
+        path.write_text(
+            f"""kind: KwokctlConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  kubeApiserverBinary: {b["kube-apiserver"]}
+  kubeControllerManagerBinary: {b["kube-controller-manager"]}
+  kubeSchedulerBinary: {b["kube-scheduler"]}
+  kwokControllerBinary: {b["kwok"]}
+  etcdBinary: {b["etcd"]}
+  kubectlBinary: {b["kubectl"]}
+  kubeVersion: {KUBERNETES_VERSION}
+"""
+        )
+        return path
+
+    def create(self, timeout: float = 180) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = self.workdir / "kwokctl.log"
+        _run(
+            [
+                str(self.binaries["kwokctl"]),
+                "create",
+                "cluster",
+                "--name",
+                self.name,
+                "--config",
+                str(self._config()),
+                "--kubeconfig",
+                "",
+                "--wait",
+                f"{int(timeout)}s",
+            ],
+            what=f"starting the KWOK cluster {self.name}",
+            log=log,
+            env=self._env(),
+        )
+        deadline = time.monotonic() + timeout
+        while not self.kubeconfig.exists():
+            if time.monotonic() > deadline:
+                raise StackError(f"KWOK cluster {self.name} wrote no kubeconfig; see {log}")
+            time.sleep(0.5)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        result = subprocess.run(
+            [str(self.binaries["kubectl"]), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            check=False,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise StackError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def delete(self) -> None:
+        subprocess.run(
+            [
+                str(self.binaries["kwokctl"]),
+                "delete",
+                "cluster",
+                "--name",
+                self.name,
+                "--kubeconfig",
+                "",
+            ],
+            capture_output=True,
+            env=self._env(),
+            check=False,
+            timeout=120,
+        )

@@ -1,0 +1,125 @@
+"""A real Docker engine for the tests, started by the tests themselves.
+
+``dockerd`` from Debian's docker.io, with its own data and exec roots under the session's temp
+folder, the vfs storage driver and no iptables (what works on these machines, see DESIGN.md),
+listening on a socket of its own: the user's Docker, if any, is left alone. No registry is
+reachable, so the test image is imported from a tar of one static Go binary
+(tests/fixtures/tinyhttp).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from drills.docker import DockerClient
+from stack.provision import _find_go
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tinyhttp"
+IMAGE = "drills-test/tinyhttp:1"
+NETWORK = "drills-test-net"
+
+
+@dataclass
+class DockerEnv:
+    host: str
+    client: DockerClient
+    env: dict[str, str]
+
+    def docker(self, *args: str) -> str:
+        result = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, env=self.env, timeout=120
+        )
+        assert result.returncode == 0, f"docker {' '.join(args)}: {result.stderr}"
+        return result.stdout.strip()
+
+
+def _build_image(env: DockerEnv, work: Path) -> None:
+    go = _find_go()
+    assert go, "Go is needed to build the test image"
+    binary = work / "root" / "server"
+    binary.parent.mkdir(parents=True)
+    subprocess.run(
+        [go, "build", "-trimpath", "-o", str(binary), "."],
+        cwd=FIXTURE,
+        env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+        check=True,
+        capture_output=True,
+    )
+    tar = work / "rootfs.tar"
+    with tarfile.open(tar, "w") as out:
+        out.add(binary, arcname="server")
+    env.docker("import", "--change", 'ENTRYPOINT ["/server"]', str(tar), IMAGE)
+
+
+@pytest.fixture(scope="session")
+def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
+    dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
+    if not Path(dockerd).exists() or os.geteuid() != 0:
+        pytest.fail(
+            "these tests start a real Docker engine: they need dockerd (Debian's docker.io, "
+            "which stack/bootstrap.sh installs when run as root) and root"
+        )
+    root = tmp_path_factory.mktemp("docker")
+    sock = root / "docker.sock"
+    log = open(root / "dockerd.log", "wb")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [
+            dockerd,
+            "--storage-driver",
+            "vfs",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            "--host",
+            f"unix://{sock}",
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "--pidfile",
+            str(root / "docker.pid"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    host = f"unix://{sock}"
+    env = DockerEnv(host, DockerClient(host), {**os.environ, "DOCKER_HOST": host})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                env.client._call("GET", "/_ping")
+                break
+            except Exception:
+                assert proc.poll() is None, (root / "dockerd.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "dockerd did not come up"
+                time.sleep(0.3)
+        _build_image(env, root)
+        env.docker("network", "create", "--driver", "bridge", NETWORK)
+        yield env
+    finally:
+        try:
+            ids = env.docker("ps", "-aq").split()
+            if ids:
+                env.docker("rm", "-f", *ids)
+        except AssertionError:
+            pass
+        env.client.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

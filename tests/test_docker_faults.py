@@ -1,0 +1,143 @@
+"""Container faults against a real Docker engine (started by the tests): kill with a restart
+policy, stop, pause, cutting the network; evidence read back from the daemon; reverts, the
+sweep after a crash, and a selector that matches nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drills.ledger import Ledger
+from drills.scenario import DockerFault
+from injectors.base import InjectionContext, build
+from injectors.docker import InjectionFailed
+from tests.docker_env import IMAGE, NETWORK, DockerEnv
+
+pytestmark = pytest.mark.docker
+
+
+def fault(kind: str, target: str, env: DockerEnv, **extra: object) -> object:
+    spec = DockerFault.model_validate({"kind": kind, "target": target, "host": env.host, **extra})
+    return build(spec, InjectionContext("run1", ""), 0)
+
+
+@pytest.fixture
+def pair(docker_env: DockerEnv) -> Iterator[list[str]]:
+    """Two replicas of a service (label app=tiny), restarted by Docker when they die, with a
+    health check, on a bridge network of their own."""
+    names = []
+    for i in range(2):
+        name = f"tiny-{i}-{int(time.time() * 1000) % 100000}"
+        # Through the API: the CLI's --health-cmd needs a shell in the image, and this image
+        # is one static binary.
+        created = docker_env.client._call(
+            "POST",
+            "/containers/create",
+            params={"name": name},
+            json={
+                "Image": IMAGE,
+                "Env": ["PORT=8080"],
+                "Labels": {"app": "tiny", "replica": str(i)},
+                "Healthcheck": {
+                    "Test": ["CMD", "/server", "-check"],
+                    "Interval": 500_000_000,
+                    "StartPeriod": 1_000_000_000,
+                    "Retries": 3,
+                },
+                "HostConfig": {"RestartPolicy": {"Name": "always"}, "NetworkMode": NETWORK},
+            },
+        ).json()
+        docker_env.client.start(created["Id"])
+        names.append(name)
+    deadline = time.monotonic() + 60
+    while any(
+        docker_env.client.inspect(n)["State"].get("Health", {}).get("Status") != "healthy"
+        for n in names
+    ):
+        assert time.monotonic() < deadline, "the test containers never became healthy"
+        time.sleep(0.3)
+    yield names
+    docker_env.docker("rm", "-f", *names)
+
+
+def test_kill_one_of_a_label_selection_and_watch_docker_restart_it(
+    docker_env: DockerEnv,
+    pair: list[str],
+) -> None:
+    injector = fault("docker.kill", "label:app=tiny", docker_env)
+    evidence = injector.apply()
+    (hit,) = evidence["containers"]  # mode: one
+    assert hit["before"]["name"] == pair[0] and hit["before"]["running"]
+    after = hit["after"]
+    assert not after["running"] or after["started_at"] != hit["before"]["started_at"]
+    assert injector.revert()["method"].startswith("none")
+    other = docker_env.client.inspect(pair[1])
+    assert other["RestartCount"] == 0  # the other replica was not touched
+    deadline = time.monotonic() + 60
+    while True:
+        observed = injector.observe()
+        if observed["ready_at"]:
+            break
+        assert time.monotonic() < deadline, observed
+        time.sleep(0.5)
+    (back,) = observed["containers"]
+    assert back["restart_count"] == 1
+    assert evidence["applied_at"] < back["replacement_started_at"] <= observed["ready_at"]
+
+
+def test_pause_and_unpause(docker_env: DockerEnv, pair: list[str]) -> None:
+    injector = fault("docker.pause", pair[1], docker_env)
+    (hit,) = injector.apply()["containers"]
+    assert hit["after"]["paused"] and hit["after"]["status"] == "paused"
+    assert injector.revert()["method"] == f"{pair[1]}: unpaused"
+    assert not docker_env.client.inspect(pair[1])["State"]["Paused"]
+    assert injector.revert()["method"] == "nothing left to undo"  # twice is harmless
+
+
+def test_stop_and_start_again(docker_env: DockerEnv, pair: list[str]) -> None:
+    injector = fault("docker.stop", pair[0], docker_env, grace="1s")
+    (hit,) = injector.apply()["containers"]
+    assert hit["after"]["running"] is False
+    assert injector.revert()["method"] == f"{pair[0]}: started"
+    assert docker_env.client.inspect(pair[0])["State"]["Running"]
+
+
+def test_cut_the_network_and_reconnect(docker_env: DockerEnv, pair: list[str]) -> None:
+    injector = fault("docker.disconnect", pair[0], docker_env, network=NETWORK)
+    (hit,) = injector.apply()["containers"]
+    assert NETWORK in hit["before"]["networks"] and NETWORK not in hit["after"]["networks"]
+    assert injector.revert()["method"] == f"{pair[0]}: reconnected to {NETWORK}"
+    networks = docker_env.client.inspect(pair[0])["NetworkSettings"]["Networks"]
+    assert NETWORK in networks
+
+
+def test_a_selector_that_matches_nothing_fails(docker_env: DockerEnv) -> None:
+    with pytest.raises(InjectionFailed, match="matches no running container"):
+        fault("docker.kill", "label:app=nothing-here", docker_env).apply()
+    with pytest.raises(Exception, match="a label selector is label:KEY=VALUE"):
+        DockerFault.model_validate({"kind": "docker.kill", "target": "label:app"})
+
+
+def test_a_paused_container_left_by_a_crashed_run_is_unpaused_by_the_sweep(
+    docker_env: DockerEnv,
+    pair: list[str],
+    tmp_path: Path,
+) -> None:
+    injector = fault("docker.pause", pair[0], docker_env)
+    injector.apply()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ledger = Ledger(tmp_path / "ledger.json")
+    ledger.record("run1-0", injector.ledger_entry())
+    data = json.loads(ledger.path.read_text())
+    data["run1-0"]["pid"] = dead.pid  # the run that paused it is gone
+    ledger.path.write_text(json.dumps(data))
+    removed = ledger.sweep()
+    assert [r["method"] for r in removed] == [f"{pair[0]}: unpaused"]
+    assert not docker_env.client.inspect(pair[0])["State"]["Paused"]

@@ -1,0 +1,192 @@
+"""Process faults on the embedded stack: kill a replica under load (the GPU pod loss drill, in
+its process variant) and freeze a process (the hung worker). Real processes, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from drills.ledger import Ledger
+from drills.runner import Runner, RunOptions
+from drills.scenario import Attach, ProcessFreezeFault, load_scenario
+from injectors.base import InjectionContext, build
+from injectors.process import InjectionFailed, _stat
+from stack import control
+from stack.config import load_stack_config
+from tests.conftest import LiveGateway, RunningStack
+
+ROOT = Path(__file__).resolve().parent.parent
+POD_LOSS = ROOT / "tests" / "scenarios" / "short-pod-loss.yaml"
+
+
+def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not control.status(stack.state_dir).healthy:
+        assert time.monotonic() < deadline, "the stack did not become healthy again"
+        time.sleep(1)
+
+
+def run_drill(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
+    scenario, doc = load_scenario(path)
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        attach=Attach(gateway=gateway, toxiproxy=stack.toxiproxy_url),
+        state_dir=stack.state_dir,
+        stack_config=str(stack.config_path),
+    )
+    run_dir = Runner(scenario, doc, options).run()
+    return json.loads((run_dir / "journal.json").read_text())
+
+
+@pytest.fixture
+def healthy_after(stack: RunningStack) -> Iterator[None]:
+    wait_healthy(stack)
+    yield
+    wait_healthy(stack)  # the next test needs both replicas back
+
+
+# -- a real process of our own, for the freeze mechanics ---------------------------------------
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A process group of two sleeping processes registered as component ``worker`` in a
+    stack state directory of its own."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 300 & exec sleep 300"], start_new_session=True)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text(
+        json.dumps(
+            {
+                "stack": "t",
+                "supervisor_pid": os.getpid(),
+                "components": {"worker": {"pid": proc.pid, "pgid": proc.pid, "status": "healthy"}},
+            }
+        )
+    )
+    time.sleep(0.2)
+    yield state, proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_freeze_stops_the_whole_group_and_revert_thaws_it(
+    sleeper: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    state, _ = sleeper
+    fault = ProcessFreezeFault(kind="process.freeze", target="worker")
+    injector = build(fault, InjectionContext("r1", "", None, state), 0)
+    evidence = injector.apply()
+    assert len(evidence["members"]) == 2
+    assert set(evidence["states"].values()) == {"T"}
+    assert all((_stat(m) or ("?", 0))[0] == "T" for m in evidence["members"])
+    outcome = injector.revert()
+    assert outcome["method"] == "thawed (SIGCONT)"
+    assert all((_stat(m) or ("?", 0))[0] == "S" for m in evidence["members"])
+    assert injector.revert()["method"] == "thawed (SIGCONT)"  # twice is harmless
+
+
+def test_a_frozen_process_left_by_a_crashed_run_is_thawed_by_the_sweep(
+    sleeper: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    state, proc = sleeper
+    injector = build(
+        ProcessFreezeFault(kind="process.freeze", target="worker"),
+        InjectionContext("r2", "", None, state),
+        0,
+    )
+    injector.apply()
+    # The run that froze it dies (its ledger entry names a pid that no longer runs).
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ledger = Ledger(tmp_path / "ledger.json")
+    ledger.record("r2-0", injector.ledger_entry())
+    data = json.loads(ledger.path.read_text())
+    data["r2-0"]["pid"] = dead.pid
+    ledger.path.write_text(json.dumps(data))
+    assert _stat(proc.pid)[0] == "T"
+    removed = ledger.sweep()
+    assert [r["method"] for r in removed] == ["thawed (SIGCONT)"]
+    assert _stat(proc.pid)[0] == "S" and ledger.entries() == {}
+
+
+def test_a_selector_that_matches_nothing_fails_the_fault(
+    sleeper: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    state, _ = sleeper
+    injector = build(
+        ProcessFreezeFault(kind="process.freeze", target="vllm-9"),
+        InjectionContext("r3", "", None, state),
+        0,
+    )
+    with pytest.raises(
+        InjectionFailed, match="'vllm-9' matches no component; the stack has worker"
+    ):
+        injector.apply()
+
+
+# -- the drill, against the real stack ---------------------------------------------------------
+
+
+@pytest.mark.stack
+def test_pod_loss_drill_passes_on_the_sound_stack(
+    stack: RunningStack, toxi: object, healthy_after: None, tmp_path: Path
+) -> None:
+    before = control.status(stack.state_dir)
+    old_pid = next(c for c in before.components if c.name == "vllm-0").pid
+    journal = run_drill(POD_LOSS, stack.gateway_url, stack, tmp_path)
+    failed = [c for c in journal["checks"] if not c["passed"]]
+    assert journal["verdict"] == "passed", failed
+    (kill,) = journal["faults"]
+    assert kill["evidence"]["pid"] == old_pid and kill["evidence"]["signal"] == "SIGKILL"
+    after = kill["after"]
+    assert after["replacement_pid"] and after["replacement_pid"] != old_pid
+    assert kill["applied_at"] < after["replacement_started_at"] < after["ready_at"]
+    assert "killed by signal SIGKILL" in after["exits"][0]
+    checks = {c["label"]: c for c in journal["checks"]}
+    assert checks["requests_lost vllm-0"]["observed"] == 0
+    assert checks["requests_lost vllm-0"]["samples"] > 5
+    ready = checks["replacement_ready_within vllm-0"]["observed"]
+    assert 5 < ready < 90
+
+
+@pytest.mark.stack
+def test_pod_loss_drill_fails_with_one_replica_and_no_fallback(
+    stack: RunningStack,
+    gateway_factory: Callable[..., LiveGateway],
+    toxi: object,
+    healthy_after: None,
+    tmp_path: Path,
+) -> None:
+    single = load_stack_config("unsound-single")
+    gw = gateway_factory(
+        backup=False,
+        replicas=["vllm-0"],
+        **{k: v for k, v in single.gateway.model_dump(mode="json").items() if k != "port"},
+    )
+    scenario, doc = load_scenario(POD_LOSS)
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        attach=Attach(gateway=gw.url, toxiproxy=stack.toxiproxy_url),
+        state_dir=stack.state_dir,
+        stack_config="unsound-single",
+    )
+    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    assert journal["verdict"] == "failed"
+    checks = {c["label"]: c for c in journal["checks"]}
+    failed = {label for label, c in checks.items() if not c["passed"]}
+    assert {"error_rate during fault", "requests_lost vllm-0"} <= failed, failed
+    assert checks["requests_lost vllm-0"]["observed"] >= 5
+    assert checks["error_rate during baseline"]["passed"]
+    # The replacement itself came up: what failed is the stack carrying on without it.
+    assert checks["replacement_ready_within vllm-0"]["passed"]
