@@ -61,6 +61,8 @@ class Evaluation:
     probes: list[dict[str, Any]] = field(default_factory=list)
     lint: list[dict[str, Any]] | None = None
     """Findings of ``drills.lint`` on the stack's config; ``None`` when no config is known."""
+    gpu: dict[str, Any] | None = None
+    """NVML's status when GPU telemetry was asked for."""
 
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window
@@ -221,6 +223,17 @@ def _prometheus(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     assert check.source and check.metric
     points = _series(ev, check.source, check.metric, check.labels, start, end)
+    if not points and check.source == "gpu":
+        status = ev.gpu or {"available": False, "reason": "the drill did not ask for it"}
+        if not status.get("available"):
+            return _result(
+                check,
+                "prometheus",
+                None,
+                0,
+                f"unavailable: GPU telemetry could not be read ({status.get('reason')}); "
+                "this check is not passed",
+            )
     if not points:
         return _result(
             check,
@@ -246,7 +259,9 @@ def _fault_times(ev: Evaluation, target: str | None = None) -> list[dict[str, An
 
 
 def _breaker_opened(check: Check, ev: Evaluation) -> CheckResult:
-    faults = _fault_times(ev, check.target)
+    faults = _fault_times(ev, check.target) or [
+        f for f in _fault_times(ev) if not f["kind"].startswith("toxiproxy.")
+    ]
     if not faults:
         return _result(
             check, "breaker_opened_within", None, 0, f"no fault on {check.target} was applied"
@@ -331,7 +346,9 @@ def _recovered(check: Check, ev: Evaluation) -> CheckResult:
 
 
 def _kills(ev: Evaluation, target: str | None) -> list[dict[str, Any]]:
-    return [f for f in _fault_times(ev, target) if f["kind"].endswith(".kill")]
+    from drills.scenario import KILL_KINDS
+
+    return [f for f in _fault_times(ev, target) if f["kind"] in KILL_KINDS]
 
 
 def _replacement_ready(check: Check, ev: Evaluation) -> CheckResult:

@@ -9,12 +9,24 @@ from __future__ import annotations
 from typing import Any
 
 from drills.runner import RunOptions, attach_of, attach_urls
-from drills.safety import SafetyPolicy, SafetyViolation, check_scenario, fault_windows
+from drills.safety import (
+    SafetyPolicy,
+    SafetyViolation,
+    check_scenario,
+    fault_windows,
+    kubernetes_scope,
+)
 from drills.scenario import Scenario
 from drills.units import format_duration
 from drills.yamlsrc import YamlDocument
 
-__all__ = ["dry_run"]
+__all__ = ["describe", "dry_run"]
+
+RESOLVED = {
+    "process": "the embedded stack's component of that name, at run time",
+    "docker": "containers matching the selector, at run time",
+    "kubernetes": "pods, nodes or deployments listed below (read from the cluster now)",
+}
 
 
 def dry_run(
@@ -48,15 +60,21 @@ def dry_run(
     faults = []
     for w in fault_windows(scenario):
         spec = scenario.phases[w.phase].inject[w.index]
+        would_hit: Any = None
+        if w.kind.startswith("kubernetes."):
+            would_hit = _kubernetes_hits(scenario, doc, policy, spec)
         faults.append(
             {
                 "phase": scenario.phases[w.phase].name,
                 "kind": w.kind,
                 "target": w.target,
-                "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"}),
+                "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"})
+                if w.kind.startswith("toxiproxy.")
+                else {"resolved": RESOLVED[w.kind.split(".", 1)[0]]},
                 "from": w.start,
                 "to": w.end,
                 "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),
+                "would_hit": would_hit,
             }
         )
     refused: list[str] = []
@@ -64,6 +82,10 @@ def dry_run(
         check_scenario(scenario, doc, policy, attach_urls(attach))
     except SafetyViolation as exc:
         refused = exc.problems
+    for fault in faults:
+        hit = fault["would_hit"]
+        if isinstance(hit, dict) and "refused" in hit:
+            refused.append(f"{fault['kind']} on {fault['target']}: {hit['refused']}")
     offset, phases = 0.0, []
     for phase in scenario.phases:
         phases.append({"name": phase.name, "from": offset, "to": offset + phase.duration})
@@ -84,6 +106,22 @@ def dry_run(
         "checks": [c.label for c in scenario.expect],
         "safety": {"policy": policy.source, "refused": refused},
     }
+
+
+def _kubernetes_hits(
+    scenario: Scenario, doc: YamlDocument | None, policy: SafetyPolicy, spec: Any
+) -> Any:
+    """What a Kubernetes fault would hit, read from the cluster (reads only; nothing is
+    changed), or why it would be refused."""
+    from injectors.base import InjectionContext, build
+
+    context = InjectionContext(
+        "dry-run", "", None, None, kubernetes_scope(scenario, doc, policy), policy.max_pods
+    )
+    try:
+        return build(spec, context, 0).preflight()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return {"refused": str(exc)}
 
 
 def describe(plan: dict[str, Any]) -> list[str]:
@@ -120,6 +158,15 @@ def describe(plan: dict[str, Any]) -> list[str]:
                 f"    {d(fault['from']):>6} - {d(fault['to']):<6}   {fault['kind']} on "
                 f"{fault['target']} [{where}] {spec}"
             )
+            hit = fault.get("would_hit")
+            if isinstance(hit, dict) and "refused" in hit:
+                lines.append(f"             REFUSED: {hit['refused']}")
+            elif isinstance(hit, dict) and hit.get("pods") is not None:
+                for pod in hit["pods"]:
+                    lines.append(
+                        f"             would hit pod {pod['name']} (uid {pod['uid']}, "
+                        f"node {pod['node']})"
+                    )
     lines.append("  checks: " + "; ".join(plan["checks"]))
     refused = plan["safety"]["refused"]
     lines.append(

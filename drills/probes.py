@@ -31,11 +31,19 @@ def parse_samples(text: str) -> list[dict[str, Any]]:
 class Prober:
     """Scrapes ``sources`` (name -> metrics URL) every ``interval`` seconds in a thread."""
 
-    def __init__(self, sources: dict[str, str], interval: float) -> None:
+    def __init__(self, sources: dict[str, str], interval: float, gpu: bool = False) -> None:
         self.sources = sources
         self.interval = interval
         self.results: list[dict[str, Any]] = []
         self.failures: dict[str, int] = {}
+        self.gpu: dict[str, Any] | None = None
+        """With ``gpu``: NVML's status (``available``, devices or the reason it is not)."""
+        if gpu:
+            from injectors.gpu import nvml_status
+
+            self.gpu = nvml_status()
+            if not self.gpu["available"]:
+                logger.warning("GPU telemetry unavailable: %s", self.gpu["reason"])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="drills-probes", daemon=True)
         self._client = httpx.Client(timeout=min(interval, 2.0))
@@ -54,6 +62,17 @@ class Prober:
                 )
                 continue
             self.results.append({"time": started, "source": source, "samples": samples})
+        if self.gpu is not None and self.gpu["available"]:
+            from injectors.gpu import GpuUnavailable, gpu_samples
+
+            started = time.time()
+            try:
+                self.results.append({"time": started, "source": "gpu", "samples": gpu_samples()})
+            except GpuUnavailable as exc:
+                self.failures["gpu"] = self.failures.get("gpu", 0) + 1
+                self.results.append(
+                    {"time": started, "source": "gpu", "error": str(exc), "samples": []}
+                )
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -41,6 +41,7 @@ from drills.safety import (
     abort_request,
     check_scenario,
     fault_windows,
+    kubernetes_scope,
     load_policy,
     register_run,
 )
@@ -136,6 +137,8 @@ class FaultRun:
     revert: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     """What the injector observed after the run (a killed process's replacement, ...)."""
+    preflight: dict[str, Any] | None = None
+    """What the injector said it would hit, read before anything was applied."""
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -152,6 +155,7 @@ class FaultRun:
             "evidence": self.evidence,
             "revert": self.revert,
             "after": self.after,
+            "preflight": self.preflight,
             "error": self.error,
         }
 
@@ -166,6 +170,7 @@ class Runner:
         self.revert_errors: list[str] = []
         self.t0 = 0.0
         self._stop_reason: str | None = None
+        self.policy = options.safety or SafetyPolicy()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -200,7 +205,7 @@ class Runner:
         Raises ``SafetyViolation`` or ``ConfigError`` before anything is touched when the drill
         exceeds the safety policy or names hops the stack does not have."""
         scenario = self.scenario
-        policy = self.options.safety or load_policy()
+        policy = self.policy = self.options.safety or load_policy()
         check_scenario(scenario, self.doc, policy, attach_urls(attach_of(scenario, self.options)))
         run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -220,16 +225,16 @@ class Runner:
         state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
             check_targets(scenario, self.doc, sorted(client.proxies()), self._components(state_dir))
-        ledger = Ledger(self.options.ledger)
-        leftovers = ledger.sweep()
-        for item in leftovers:
-            self._say(
-                f"removed a fault left by an earlier run: {item['kind']} on "
-                f"{item['target']} ({item.get('method')})"
-            )
         shared = ToxiproxyClient(endpoints.toxiproxy)
         shared.version()  # open the kept-alive connection before the first fault is due
-        context = InjectionContext(self.run_id, endpoints.toxiproxy, shared, state_dir)
+        context = InjectionContext(
+            self.run_id,
+            endpoints.toxiproxy,
+            shared,
+            state_dir,
+            kubernetes_scope(scenario, self.doc, self.policy),
+            self.policy.max_pods,
+        )
         faults: list[FaultRun] = []
         phases: dict[str, tuple[float, float]] = {}
         for window in fault_windows(scenario):
@@ -245,6 +250,23 @@ class Runner:
                 )
             )
 
+        # Faults that can say what they would hit (Kubernetes) check it now, reading only:
+        # a refusal here leaves nothing applied.
+        for planned in faults:
+            if hasattr(planned.injector, "preflight"):
+                try:
+                    planned.preflight = planned.injector.preflight()
+                except Exception:
+                    shared.close()
+                    raise
+        ledger = Ledger(self.options.ledger)
+        leftovers = ledger.sweep()
+        for item in leftovers:
+            self._say(
+                f"removed a fault left by an earlier run: {item['kind']} on "
+                f"{item['target']} ({item.get('method')})"
+            )
+        faults_specs = [f for p in scenario.phases for f in p.inject]
         base = self.doc.path.parent if self.doc else Path.cwd()
         records_path = run_dir / "records.jsonl"
         load = LoadProcess(
@@ -255,7 +277,11 @@ class Runner:
             records_path,
             scenario.duration + scenario.load.warmup,
         )
-        prober = Prober(endpoints.metrics, scenario.probe_interval)
+        prober = Prober(
+            endpoints.metrics,
+            scenario.probe_interval,
+            gpu=scenario.gpu_telemetry or any(f.kind.startswith("gpu.") for f in faults_specs),
+        )
         reader = RecordReader(records_path)
         live: list[dict[str, Any]] = []
         status = "completed"
@@ -314,6 +340,7 @@ class Runner:
             [f.as_json() for f in faults],
             prober.results,
             self._lint(endpoints),
+            prober.gpu,
         )
         results = evaluate(evaluation)
         verdict = self._verdict(status, results)
@@ -645,6 +672,7 @@ class Runner:
             "records": records,
             "probes": prober.results,
             "probe_failures": prober.failures,
+            "gpu": prober.gpu,
             "checks": [r.as_json() for r in results],
             "run_dir": str(run_dir),
         }

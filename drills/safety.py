@@ -45,6 +45,7 @@ __all__ = [
     "active_runs",
     "check_scenario",
     "fault_windows",
+    "kubernetes_scope",
     "load_policy",
     "register_run",
     "request_abort",
@@ -84,6 +85,12 @@ class SafetyPolicy(BaseModel):
     max_fault_duration: Duration = 600.0
     max_drill_duration: Duration = 3600.0
     max_users: int = Field(default=32, ge=1)
+    max_pods: int = Field(default=10, ge=0)
+    """Pods one Kubernetes fault may delete."""
+    kubernetes_namespaces: list[str] = Field(default_factory=list)
+    """If set, Kubernetes namespaces drills may touch (beyond what each scenario allows)."""
+    kubernetes_contexts: list[str] = Field(default_factory=list)
+    """If set, kubeconfig contexts drills may use (beyond what each scenario allows)."""
 
     _source: str = PrivateAttr(default="built-in defaults")
 
@@ -193,6 +200,28 @@ def check_scenario(
                 f"{where(w.loc)}{field}: lasts {format_duration(w.end - w.start)}; "
                 f"max_fault_duration is {format_duration(policy.max_fault_duration)}"
             )
+    scope = getattr(scenario, "kubernetes", None)
+    for i, phase in enumerate(scenario.phases):
+        for j, fault in enumerate(phase.inject):
+            if not fault.kind.startswith("kubernetes."):
+                continue
+            loc = ("phases", i, "inject", j, "namespace")
+            if policy.kubernetes_namespaces and fault.namespace not in policy.kubernetes_namespaces:
+                problems.append(
+                    f"{where(loc)}{format_path(loc)}: namespace {fault.namespace!r} is not allowed "
+                    f"by the safety policy; kubernetes_namespaces: "
+                    f"{', '.join(policy.kubernetes_namespaces)}"
+                )
+            if (
+                scope is not None
+                and policy.kubernetes_contexts
+                and not set(scope.allowed_contexts) & set(policy.kubernetes_contexts)
+            ):
+                problems.append(
+                    f"{where(('kubernetes', 'allowed_contexts'))}kubernetes.allowed_contexts: "
+                    "none of them is allowed by the safety policy; kubernetes_contexts: "
+                    f"{', '.join(policy.kubernetes_contexts)}"
+                )
     at_once = _most_at_once(windows)
     if at_once > policy.max_faults_at_once:
         problems.append(
@@ -218,6 +247,35 @@ def check_scenario(
         )
     if problems:
         raise SafetyViolation(problems)
+
+
+def kubernetes_scope(
+    scenario: Any, doc: YamlDocument | None, policy: SafetyPolicy
+) -> dict[str, Any] | None:
+    """The Kubernetes scope injectors get: the kubeconfig (relative to the scenario file), and
+    the namespaces and contexts allowed by both the scenario and the policy."""
+    scope = getattr(scenario, "kubernetes", None)
+    if scope is None:
+        return None
+    kubeconfig = scope.kubeconfig
+    if kubeconfig and doc is not None and not Path(kubeconfig).is_absolute():
+        kubeconfig = str(doc.path.parent / kubeconfig)
+    contexts = [
+        c
+        for c in scope.allowed_contexts
+        if not policy.kubernetes_contexts or c in policy.kubernetes_contexts
+    ]
+    namespaces = [
+        n
+        for n in scope.allowed_namespaces
+        if not policy.kubernetes_namespaces or n in policy.kubernetes_namespaces
+    ]
+    return {
+        "kubeconfig": kubeconfig,
+        "context": scope.context,
+        "allowed_contexts": contexts,
+        "allowed_namespaces": namespaces,
+    }
 
 
 def _redact_url(url: str) -> str:

@@ -169,6 +169,8 @@ class ProcessFreezeFault(_FaultBase):
 
 
 PROCESS_KINDS = ("process.kill", "process.freeze")
+KILL_KINDS = ("process.kill", "docker.kill", "docker.stop", "kubernetes.delete_pod")
+"""Faults whose target is replaced by the orchestrator (``replacement_ready_within``)."""
 
 
 class DockerFault(_FaultBase):
@@ -212,8 +214,65 @@ class DockerFault(_FaultBase):
         return self
 
 
+class GpuMemoryPressureFault(_FaultBase):
+    """Hold ``share`` of GPU ``target``'s memory (a device index) for the window: the KV cache
+    squeezed by another tenant. Released on revert."""
+
+    kind: Literal["gpu.memory_pressure"]
+    target: str = Field(pattern=r"^[0-9]+$")
+    share: float = Field(gt=0, le=0.95)
+
+
+class KubernetesFault(_FaultBase):
+    """A fault on a Kubernetes cluster. ``target`` is, by kind: a label selector of the pods to
+    delete (``app=vllm,role=primary``), the node to cordon or drain, the deployment to scale.
+    Namespaces and contexts must be allowed (the scenario's ``kubernetes`` section and the
+    safety policy) before anything is called."""
+
+    kind: Literal[
+        "kubernetes.delete_pod", "kubernetes.cordon", "kubernetes.drain", "kubernetes.scale"
+    ]
+    namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    gpu: bool = False
+    """delete_pod: only pods that request a GPU (``nvidia.com/gpu``)."""
+    node: str | None = None
+    """delete_pod: only pods running on this node."""
+    mode: Literal["one", "all", "count", "percent"] = "one"
+    count: int | None = Field(default=None, ge=1)
+    percent: float | None = Field(default=None, gt=0, le=100)
+    grace: Duration = 0.0
+    """delete_pod: the pods' termination grace period."""
+    replicas: int | None = Field(default=None, ge=0)
+    """scale: the replica count during the fault (restored on revert)."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> KubernetesFault:
+        if self.mode == "count" and self.count is None:
+            raise ValueError("mode 'count' needs 'count'")
+        if self.mode == "percent" and self.percent is None:
+            raise ValueError("mode 'percent' needs 'percent'")
+        if self.kind == "kubernetes.scale" and self.replicas is None:
+            raise ValueError("kubernetes.scale needs 'replicas'")
+        if self.kind != "kubernetes.delete_pod" and (self.gpu or self.node):
+            raise ValueError("'gpu' and 'node' select pods: kubernetes.delete_pod only")
+        return self
+
+
+class KubernetesScope(_Model):
+    """Where a drill may act on Kubernetes; anything else is refused before any call."""
+
+    kubeconfig: str | None = None
+    """Default ``$KUBECONFIG`` or ``~/.kube/config`` (relative to the scenario file)."""
+    context: str | None = None
+    """Default: the kubeconfig's current context."""
+    allowed_namespaces: list[str] = Field(min_length=1)
+    allowed_contexts: list[str] = Field(min_length=1)
+
+
 Fault = Annotated[
-    ProcessKillFault
+    GpuMemoryPressureFault
+    | KubernetesFault
+    | ProcessKillFault
     | ProcessFreezeFault
     | DockerFault
     | LatencyFault
@@ -445,6 +504,11 @@ class Scenario(_Model):
     abort_when: list[AbortCondition] = Field(default_factory=list)
     slo: SLO = Field(default_factory=SLO)
     probe_interval: Duration = 1.0
+    gpu_telemetry: bool = False
+    """Sample every GPU through NVML (source ``gpu`` for ``prometheus`` checks:
+    gpu_utilization_percent, gpu_memory_used_bytes, gpu_memory_total_bytes; label ``gpu``)."""
+    kubernetes: KubernetesScope | None = None
+    """Required by kubernetes faults: the kubeconfig, and the namespaces and contexts allowed."""
 
     @property
     def duration(self) -> float:
@@ -487,9 +551,31 @@ class Scenario(_Model):
                         f"refers to ${{{name}}}, which is not set in the environment",
                         None,
                     )
+        for i, phase in enumerate(self.phases):
+            for j, fault in enumerate(phase.inject):
+                if not isinstance(fault, KubernetesFault):
+                    continue
+                loc = ("phases", i, "inject", j)
+                if self.kubernetes is None:
+                    yield (
+                        (*loc, "kind"),
+                        "kubernetes faults need a 'kubernetes:' section with allowed_namespaces "
+                        "and allowed_contexts",
+                        fault.kind,
+                    )
+                elif fault.namespace not in self.kubernetes.allowed_namespaces:
+                    yield (
+                        (*loc, "namespace"),
+                        "not an allowed namespace; kubernetes.allowed_namespaces: "
+                        + ", ".join(self.kubernetes.allowed_namespaces),
+                        fault.namespace,
+                    )
         targets = {f.target for p in self.phases for f in p.inject}
         for i, check in enumerate(self.expect):
-            if check.check == "breaker_opened_within" and check.target not in targets:
+            only_hops = all(f.kind.startswith("toxiproxy.") for p in self.phases for f in p.inject)
+            # With kill faults (a container, a pod) the breaker's upstream is named apart from
+            # the fault's selector; the time counts from the first fault then.
+            if check.check == "breaker_opened_within" and only_hops and check.target not in targets:
                 yield (
                     ("expect", i, "target"),
                     "no fault of the drill targets it; expected one of: "
@@ -497,13 +583,11 @@ class Scenario(_Model):
                     check.target,
                 )
             if check.check == "replacement_ready_within":
-                kills = {
-                    f.target for p in self.phases for f in p.inject if f.kind == "process.kill"
-                }
+                kills = {f.target for p in self.phases for f in p.inject if f.kind in KILL_KINDS}
                 if check.target not in kills:
                     yield (
                         ("expect", i, "target"),
-                        "no process.kill fault of the drill targets it; expected one of: "
+                        "no kill fault of the drill targets it; expected one of: "
                         + (", ".join(sorted(kills)) or "(no kill faults)"),
                         check.target,
                     )

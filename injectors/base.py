@@ -33,6 +33,11 @@ class InjectionContext:
     within milliseconds of their scheduled time); one is made per call if absent."""
     state_dir: Path | None = None
     """The embedded stack's state directory (process faults find their targets there)."""
+    kubernetes: dict[str, Any] | None = None
+    """Kubernetes faults: ``kubeconfig`` (absolute), ``context``, and the namespaces and
+    contexts allowed by both the scenario and the safety policy."""
+    max_pods: int = 10
+    """Kubernetes faults: the most pods one fault may delete (the safety policy's)."""
 
 
 class Injector(Protocol):
@@ -64,7 +69,13 @@ def _load_entry_points() -> None:
 
 def _registered() -> None:
     if not REGISTRY:
-        from injectors import docker, process, toxiproxy  # noqa: F401 - register their kinds
+        from injectors import (  # noqa: F401 - register their kinds
+            docker,
+            gpu,
+            kubernetes,
+            process,
+            toxiproxy,
+        )
 
         _load_entry_points()
 

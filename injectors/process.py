@@ -88,6 +88,11 @@ class ProcessInjector:
                 f"{', '.join(sorted(components))}"
             )
         component = components[self.target]
+        if component.get("runtime") == "docker":
+            raise InjectionFailed(
+                f"{self.kind}: {self.target!r} runs in a container; use docker.kill with target "
+                f"label:drills.replica={self.target}"
+            )
         pid = component.get("pid")
         if not pid or _stat(int(pid)) is None:
             raise InjectionFailed(

@@ -27,6 +27,7 @@ __all__ = [
     "AdmissionPolicy",
     "BackupConfig",
     "BreakerPolicy",
+    "DockerRuntime",
     "EngineConfig",
     "FallbackPolicy",
     "GatewayConfig",
@@ -88,6 +89,23 @@ class ReplicaConfig(_Model):
     proxy_port: Port = Field(ge=1, le=65535)
     cpus: str | None = None
     """CPU cores for the engine's OpenMP threads (``VLLM_CPU_OMP_THREADS_BIND``), e.g. ``"0"``."""
+    runtime: Literal["process", "docker"] = "process"
+    """``process``: run and restarted by the supervisor. ``docker``: a container (see
+    ``StackConfig.docker``) that Docker's restart policy brings back; the supervisor only
+    watches it."""
+
+
+class DockerRuntime(_Model):
+    """How ``runtime: docker`` replicas run: a container of the engine, on the host network.
+
+    No registry is needed: the image is an empty root (imported once) and the host's system
+    and the cached engine environment are bind-mounted read-only."""
+
+    host: str | None = None
+    """The Docker daemon (default ``$DOCKER_HOST`` or the local socket)."""
+    restart: Literal["always", "on-failure", "unless-stopped"] = "always"
+    mounts: list[str] = Field(default_factory=list)
+    """Extra read-only bind mounts (host paths)."""
 
 
 class BackupConfig(_Model):
@@ -158,6 +176,12 @@ class FallbackPolicy(_Model):
 
 class GatewayConfig(_Model):
     port: Port = Field(ge=1, le=65535)
+    bind: str | None = None
+    """Address the gateway listens on (default: the stack's loopback host). In a container or
+    a pod: ``0.0.0.0``."""
+    upstream_host: str | None = None
+    """Where the gateway reaches the Toxiproxy proxies (default: the stack's host). On
+    Kubernetes: the Toxiproxy Service, e.g. ``toxiproxy.llm.svc``."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retries: RetryPolicy = Field(default_factory=RetryPolicy)
     breaker: BreakerPolicy | None = Field(default_factory=BreakerPolicy)
@@ -198,6 +222,7 @@ class StackConfig(_Model):
     toxiproxy: ToxiproxyConfig
     gateway: GatewayConfig
     supervisor: SupervisorPolicy = Field(default_factory=SupervisorPolicy)
+    docker: DockerRuntime = Field(default_factory=DockerRuntime)
 
     @property
     def upstreams(self) -> list[Upstream]:

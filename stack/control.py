@@ -47,6 +47,8 @@ class ComponentStatus:
     pid: int | None
     restarts: int
     last_exit: str | None
+    container: str | None = None
+    """The container's id, for ``runtime: docker`` replicas."""
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -154,6 +156,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                     pid=comp.get("pid") if running else None,
                     restarts=int(comp.get("restarts", 0)),
                     last_exit=comp.get("last_exit"),
+                    container=comp.get("container"),
                 )
             )
     # Proxies that front something other than an engine process (the backup model's hop).
@@ -323,6 +326,12 @@ def _sweep(state: StackState, state_dir: Path) -> list[str]:
     """
     killed = []
     for name, comp in state.components.items():
+        if comp.get("container"):
+            from stack.containers import remove_container
+
+            remove_container(comp.get("docker_host"), comp["container"])
+            killed.append(name)
+            continue
         pgid = comp.get("pgid")
         argv = comp.get("argv") or []
         if not pgid or not argv:

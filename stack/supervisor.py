@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -27,11 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import httpx
 
 from stack.config import StackConfig, load_stack_config
-from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
+from stack.provision import cache_root, ensure_engine_python, ensure_model, ensure_toxiproxy
 from stack.state import write_json
 
 __all__ = ["ComponentSpec", "Supervisor", "component_specs"]
@@ -51,6 +53,8 @@ class ComponentSpec:
     health_url: str
     endpoint: str
     proxy: str | None = None
+    container: dict[str, Any] | None = None
+    """For ``runtime: docker``: the container to create (name, labels, host, mounts, ...)."""
 
 
 @dataclass
@@ -66,6 +70,16 @@ class Running:
     last_exit: str | None = None
     failures: list[str] = field(default_factory=list)
     warmup: threading.Thread | None = None
+    container_id: str | None = None
+    container_pid: int = 0
+    """For containers: the pid of the container's main process when last seen (0: not running)."""
+
+    @property
+    def pid(self) -> int | None:
+        if self.spec.container is not None:
+            return self.container_pid or None
+        proc = self.process
+        return proc.pid if proc and proc.poll() is None else None
 
 
 def _pdeathsig() -> None:
@@ -158,6 +172,9 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
             argv.append("--enforce-eager")
         argv.extend(engine.extra_args)
         url = f"http://{host}:{replica.port}"
+        container = None
+        if replica.runtime == "docker":
+            container = _container(config, state_dir, replica.name, python, model, url)
         specs.append(
             ComponentSpec(
                 name=replica.name,
@@ -167,6 +184,7 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
                 health_url=f"{url}/health",
                 endpoint=url,
                 proxy=replica.name,
+                container=container,
             )
         )
     gateway_url = f"http://{host}:{config.gateway.port}"
@@ -181,6 +199,46 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
         )
     )
     return specs
+
+
+def container_name(config: StackConfig, state_dir: Path, replica: str) -> str:
+    """Unique per stack state directory, so that two stacks never share a container."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    return f"drills-{config.name}-{replica}-{digest}"
+
+
+def _container(
+    config: StackConfig, state_dir: Path, replica: str, python: str, model: str, url: str
+) -> dict[str, Any]:
+    """The container of a ``runtime: docker`` engine: the host's system and the cached engine
+    environment and model bind-mounted read-only into an empty root, on the host network."""
+    prefix = subprocess.run(
+        [python, "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    mounts = {"/usr", "/lib", "/bin", "/sbin", "/etc", prefix, str(cache_root())}
+    mounts |= {p for p in ("/lib64", "/lib32") if Path(p).exists()}
+    if not model.startswith(str(cache_root())) and Path(model).exists():
+        mounts.add(model)
+    mounts |= set(config.docker.mounts)
+    health = (
+        "import sys, urllib.request\n"
+        f"sys.exit(0 if urllib.request.urlopen('{url}/health', timeout=2).status == 200 else 1)"
+    )
+    return {
+        "name": container_name(config, state_dir, replica),
+        "host": config.docker.host,
+        "restart": config.docker.restart,
+        "mounts": sorted(mounts),
+        "labels": {
+            "drills.stack": config.name,
+            "drills.replica": replica,
+            "drills.state_dir": str(state_dir.resolve()),
+        },
+        "healthcheck": [python, "-c", health],
+    }
 
 
 class Supervisor:
@@ -204,7 +262,9 @@ class Supervisor:
             "time": time.time(),
             "component": run.spec.name,
             "event": event,
-            "pid": run.process.pid if run.process else None,
+            "pid": run.pid
+            if run.spec.container is not None
+            else (run.process.pid if run.process else None),
             "reason": reason,
             "restart_count": run.restarts,
             "delay": delay,
@@ -220,8 +280,11 @@ class Supervisor:
             components[name] = {
                 "kind": run.spec.kind,
                 "status": run.status,
-                "pid": proc.pid if proc and proc.poll() is None else None,
+                "pid": run.pid,
                 "pgid": proc.pid if proc and proc.poll() is None else None,
+                "container": run.container_id,
+                "docker_host": (run.spec.container or {}).get("host"),
+                "runtime": "docker" if run.spec.container is not None else "process",
                 "endpoint": run.spec.endpoint,
                 "health_url": run.spec.health_url,
                 "proxy": run.spec.proxy,
@@ -247,6 +310,9 @@ class Supervisor:
     # -- process control -------------------------------------------------------------------
 
     def _start(self, run: Running) -> None:
+        if run.spec.container is not None:
+            self._start_container(run)
+            return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         with open(self.logs / f"{run.spec.name}.log", "ab") as log:
             log.write(f"\n=== {stamp} starting: {' '.join(run.spec.argv)}\n".encode())
@@ -266,7 +332,70 @@ class Supervisor:
         run.restart_at = None
         self._event(run, "started")
 
+    def _start_container(self, run: Running) -> None:
+        """Create and start the container; from then on Docker restarts it, not us."""
+        from stack.containers import start_engine_container
+
+        spec = run.spec
+        assert spec.container is not None
+        run.container_id = start_engine_container(
+            spec.container, spec.argv, spec.env, self.logs / f"{spec.name}.log"
+        )
+        run.status = "starting"
+        run.started_at = time.time()
+        run.healthy_since = None
+        self._watch_container(run)
+
+    def _watch_container(self, run: Running) -> bool:
+        """Follow the container's main process: a new pid is a (re)start by Docker, a lost one
+        an exit; returns whether anything changed."""
+        from drills.docker import DockerClient, DockerError
+
+        assert run.spec.container is not None and run.container_id is not None
+        try:
+            with DockerClient(run.spec.container["host"]) as docker:
+                info = docker.inspect(run.container_id)
+        except DockerError as exc:
+            logger.warning("%s: cannot inspect its container: %s", run.spec.name, exc)
+            return False
+        state = info.get("State", {})
+        pid = int(state.get("Pid") or 0) if state.get("Running") else 0
+        if pid == run.container_pid:
+            return False
+        old = run.container_pid
+        if old:
+            if state.get("Running"):
+                # Docker restarted it between two looks: the old run's exit code is gone.
+                reason = f"replaced by Docker (restart {info.get('RestartCount')})"
+            else:
+                reason = f"exit code {state.get('ExitCode')}"
+            if state.get("OOMKilled"):
+                reason += " (OOM killed)"
+            run.last_exit = reason
+            run.container_pid = 0
+            run.restarts = int(info.get("RestartCount", run.restarts))
+            run.healthy_since = None
+            run.status = "restarting"
+            self._event(run, "exited", reason)
+        if pid:
+            run.container_pid = pid
+            run.status = "starting"
+            run.started_at = time.time()
+            run.healthy_since = None
+            self._event(run, "started")
+        return True
+
     def _stop(self, run: Running) -> None:
+        if run.spec.container is not None:
+            from stack.containers import remove_container
+
+            if run.container_id:
+                remove_container(run.spec.container["host"], run.container_id)
+                run.container_id = None
+            run.status = "stopped"
+            run.container_pid = 0
+            self._event(run, "stopped", "container removed")
+            return
         proc = run.process
         if proc is None:
             return
@@ -300,6 +429,12 @@ class Supervisor:
         policy = self.config.supervisor
         for run in self.components.values():
             proc = run.process
+            if run.spec.container is not None:
+                changed = self._watch_container(run) or changed
+                if not run.container_pid:
+                    continue
+                changed = self._check_health(run, now) or changed
+                continue
             if run.status == "restarting":
                 if run.restart_at is not None and now >= run.restart_at:
                     self._start(run)
@@ -327,36 +462,43 @@ class Supervisor:
                 self._event(run, "restart_scheduled", reason, delay=delay)
                 changed = True
                 continue
-            if run.warmup is not None:
-                if run.warmup.is_alive():
-                    continue
-                run.warmup = None
-                self._event(run, "warmed_up")
-            healthy = self._healthy(run.spec)
-            if healthy and run.status == "starting" and self._needs_warmup(run):
-                # Ready means warm: a fresh engine's first requests are several times slower
-                # than later ones, and a drill must not mistake that for the fault it injects.
-                run.status = "warming"
-                run.warmup = threading.Thread(target=self._warm, args=(run,), daemon=True)
-                run.warmup.start()
-                changed = True
-                continue
-            if healthy and run.status != "healthy":
-                run.status = "healthy"
-                run.healthy_since = now
-                self._event(run, "healthy")
-                changed = True
-            elif not healthy and run.status == "healthy":
-                run.status = "unhealthy"
-                self._event(run, "unhealthy", "health check failed")
-                changed = True
-            if (
-                run.status == "healthy"
-                and run.backoff_step
-                and run.healthy_since is not None
-                and now - run.healthy_since >= policy.reset_after
-            ):
-                run.backoff_step = 0
+            changed = self._check_health(run, now) or changed
+        return changed
+
+    def _check_health(self, run: Running, now: float) -> bool:
+        """Health, warm-up and backoff reset of a running component; whether anything changed."""
+        changed = False
+        policy = self.config.supervisor
+        if run.warmup is not None:
+            if run.warmup.is_alive():
+                return changed
+            run.warmup = None
+            self._event(run, "warmed_up")
+        healthy = self._healthy(run.spec)
+        if healthy and run.status == "starting" and self._needs_warmup(run):
+            # Ready means warm: a fresh engine's first requests are several times slower
+            # than later ones, and a drill must not mistake that for the fault it injects.
+            run.status = "warming"
+            run.warmup = threading.Thread(target=self._warm, args=(run,), daemon=True)
+            run.warmup.start()
+            changed = True
+            return changed
+        if healthy and run.status != "healthy":
+            run.status = "healthy"
+            run.healthy_since = now
+            self._event(run, "healthy")
+            changed = True
+        elif not healthy and run.status == "healthy":
+            run.status = "unhealthy"
+            self._event(run, "unhealthy", "health check failed")
+            changed = True
+        if (
+            run.status == "healthy"
+            and run.backoff_step
+            and run.healthy_since is not None
+            and now - run.healthy_since >= policy.reset_after
+        ):
+            run.backoff_step = 0
         return changed
 
     def _needs_warmup(self, run: Running) -> bool:

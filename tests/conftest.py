@@ -28,7 +28,7 @@ from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
 
-pytest_plugins = ["pytester", "tests.docker_env"]
+pytest_plugins = ["pytester", "tests.docker_env", "tests.kube_env"]
 
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 

@@ -26,7 +26,7 @@ def main() -> None:
     app = create_app(stack)
     uvicorn.run(
         app,
-        host=stack.host,
+        host=stack.gateway.bind or stack.host,
         port=stack.gateway.port,
         log_level="warning",
         access_log=False,

@@ -52,7 +52,9 @@ class Gateway:
         self.stack = stack
         self.config = stack.gateway
         self.metrics = GatewayMetrics()
-        self.router = Router(self.config, stack.upstreams, stack.host, self.metrics)
+        self.router = Router(
+            self.config, stack.upstreams, self.config.upstream_host or stack.host, self.metrics
+        )
         self.admission = Admission(
             max_concurrency=self.config.admission.max_concurrency,
             max_queue=self.config.admission.max_queue,

@@ -1,0 +1,83 @@
+"""The GPU pod loss drill, Docker variant: replica vllm-0 of a stack runs in a real container
+(on the Docker engine the tests start), its main process is killed under load, Docker's restart
+policy brings it back, and the gateway carries the traffic meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drills.runner import Runner, RunOptions
+from drills.scenario import Attach, load_scenario
+from stack import control
+from stack.config import load_stack_config
+from tests.conftest import relocated_profile
+from tests.docker_env import DockerEnv
+
+pytestmark = [pytest.mark.docker, pytest.mark.stack]
+
+ROOT = Path(__file__).resolve().parent.parent
+DRILL = ROOT / "tests" / "scenarios" / "short-pod-loss-docker.yaml"
+
+
+@pytest.fixture
+def docker_stack(docker_env: DockerEnv, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = docker_env.host  # the supervisor inherits it
+    config = relocated_profile("sound-docker", tmp_path / "sound-docker.yaml")
+    state = tmp_path / "state"
+    try:
+        status = control.up(config, state)
+        assert status.healthy, status.as_json()
+        yield config, state
+    finally:
+        control.down(state)
+        if previous is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = previous
+
+
+def test_pod_loss_drill_docker_variant(
+    docker_env: DockerEnv, docker_stack: tuple[Path, Path], tmp_path: Path
+) -> None:
+    config_path, state = docker_stack
+    config = load_stack_config(config_path)
+    engine = next(c for c in control.status(state).components if c.name == "vllm-0")
+    assert engine.container, "vllm-0 should run in a container"
+    container = docker_env.client.inspect(engine.container)
+    assert (
+        container["State"]["Running"]
+        and container["HostConfig"]["RestartPolicy"]["Name"] == "always"
+    )
+
+    scenario, doc = load_scenario(DRILL)
+    host = config.host
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        attach=Attach(
+            gateway=f"http://{host}:{config.gateway.port}",
+            toxiproxy=f"http://{host}:{config.toxiproxy.api_port}",
+        ),
+        state_dir=state,
+        stack_config=str(config_path),
+    )
+    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    failed = [c for c in journal["checks"] if not c["passed"]]
+    assert journal["verdict"] == "passed", failed
+    (kill,) = journal["faults"]
+    (hit,) = kill["evidence"]["containers"]
+    assert hit["before"]["name"].startswith("drills-sound-docker-vllm-0-")
+    (back,) = kill["after"]["containers"]
+    assert back["restart_count"] == 1 and back["replacement"].startswith(container["Id"][:12])
+    assert kill["applied_at"] < back["replacement_started_at"] < back["ready_at"]
+    # The supervisor saw Docker replace it, and recorded it like any restart.
+    assert docker_env.client.inspect(container["Id"])["RestartCount"] == 1
+    # Nothing is left once the stack is down.
+    control.down(state)
+    assert docker_env.client.containers(labels={"drills.stack": "sound-docker"}) == []
