@@ -27,6 +27,12 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   echo "bootstrap: installing Chromium for the report tests" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2
 fi
+# The docker injector's tests start their own Docker engine (Debian's docker.io: dockerd,
+# containerd, runc); nothing is started here.
+if ! command -v dockerd >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing Docker (docker.io) for the container fault tests" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io) >&2
+fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
 [ $# -gt 0 ] || set -- drills --help

@@ -1,0 +1,60 @@
+"""The deploy files hold together: the gateway configs inside them are valid stack configs whose
+hops match the Toxiproxy config beside them, and every engine asks for a GPU. (The Kubernetes
+manifests are also applied to a real API server in test_kubernetes_faults.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from drills.lint import lint_config
+from stack.config import StackConfig
+
+DEPLOY = Path(__file__).resolve().parent.parent / "stack" / "deploy"
+
+
+def _check(gateway_yaml: str, toxiproxy_json: str) -> StackConfig:
+    config = StackConfig.model_validate(yaml.safe_load(gateway_yaml))
+    proxies = {p["name"]: p for p in json.loads(toxiproxy_json)}
+    assert set(proxies) == {u.name for u in config.upstreams}
+    for hop in config.upstreams:
+        assert proxies[hop.name]["listen"].endswith(f":{hop.listen_port}")
+    assert config.gateway.bind == "0.0.0.0" and config.gateway.upstream_host
+    assert [f for f in lint_config(config) if f.severity == "error"] == []
+    return config
+
+
+def test_compose_file() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert set(services) == {"vllm-0", "vllm-1", "toxiproxy", "gateway"}
+    for name in ("vllm-0", "vllm-1"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"]
+        assert services[name]["labels"]["drills.replica"] == name
+        assert services[name]["restart"] == "always"
+    config = _check(
+        compose["configs"]["gateway"]["content"], compose["configs"]["toxiproxy"]["content"]
+    )
+    assert config.gateway.upstream_host == "toxiproxy"
+
+
+def test_kubernetes_manifests() -> None:
+    docs = [
+        d
+        for f in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+    ]
+    by_kind_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    for replica in ("vllm-0", "vllm-1"):
+        container = by_kind_name[("Deployment", replica)]["spec"]["template"]["spec"]["containers"][
+            0
+        ]
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
+        assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    _check(
+        by_kind_name[("ConfigMap", "gateway")]["data"]["stack.yaml"],
+        by_kind_name[("ConfigMap", "toxiproxy")]["data"]["toxiproxy.json"],
+    )
