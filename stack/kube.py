@@ -268,7 +268,7 @@ options:
                 "--config",
                 str(self._config()),
                 "--kubeconfig",
-                "",
+                str(self._user_kubeconfig),
                 "--wait",
                 f"{int(timeout)}s",
             ],
@@ -295,8 +295,16 @@ options:
             raise StackError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
 
+    @property
+    def _user_kubeconfig(self) -> Path:
+        """Where kwokctl may merge its context: this cluster's own folder, never the user's
+        ~/.kube/config."""
+        return self.workdir / "kubeconfig-merged.yaml"
+
     def delete(self) -> None:
-        subprocess.run(
+        """Stop every component of the cluster and remove its files; raise if that fails (a
+        control plane left running would hold ports and CPU)."""
+        result = subprocess.run(
             [
                 str(self.binaries["kwokctl"]),
                 "delete",
@@ -304,10 +312,15 @@ options:
                 "--name",
                 self.name,
                 "--kubeconfig",
-                "",
+                str(self._user_kubeconfig),
             ],
             capture_output=True,
+            text=True,
             env=self._env(),
             check=False,
             timeout=120,
         )
+        if result.returncode != 0:
+            raise StackError(
+                f"kwokctl delete cluster {self.name} failed: {result.stderr.strip()[-500:]}"
+            )
