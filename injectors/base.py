@@ -67,17 +67,22 @@ def _load_entry_points() -> None:
         REGISTRY.setdefault(entry.name, entry.load())
 
 
-def _registered() -> None:
-    if not REGISTRY:
-        from injectors import (  # noqa: F401 - register their kinds
-            docker,
-            gpu,
-            kubernetes,
-            process,
-            toxiproxy,
-        )
+_BUILTIN_FAMILIES = ("docker", "gpu", "kubernetes", "process", "toxiproxy")
+_LOADED = False
 
-        _load_entry_points()
+
+def _registered() -> None:
+    """Import every built-in family and the entry points, once. (Not keyed on an empty
+    registry: importing one family's module directly registers only that family.)"""
+    global _LOADED
+    if _LOADED:
+        return
+    from importlib import import_module
+
+    for family in _BUILTIN_FAMILIES:
+        import_module(f"injectors.{family}")
+    _load_entry_points()
+    _LOADED = True
 
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:

@@ -110,11 +110,15 @@ def test_gate_collects_drills_from_directories_and_dry_runs(tmp_path: Path) -> N
         drills_cli("gate", str(ROOT / "scenarios"), "--dry-run"),
         capture_output=True,
         text=True,
-        env=isolated_env(tmp_path),
+        env=isolated_env(tmp_path, KUBECONFIG=str(tmp_path / "no-such-kubeconfig")),
         cwd=tmp_path,
         timeout=60,
     )
-    assert result.returncode == 0, result.stderr
-    assert "drill inference-latency:" in result.stdout
-    assert "gameday-quarterly" not in result.stdout  # a plan, not a drill
+    out = result.stdout
+    assert "drill inference-latency:" in out and "drill gpu-pod-loss:" in out
+    assert "gameday-quarterly" not in out  # a plan, not a drill
+    # The Kubernetes variant reads its cluster to list what it would hit; with no kubeconfig
+    # here it is refused, and the gate's dry run says so with exit code 2.
+    assert "drill gpu-pod-loss-k8s:" in out and "cannot read the kubeconfig" in out
+    assert result.returncode == 2, result.stderr
     assert not (tmp_path / "gate").exists()

@@ -94,7 +94,7 @@ def test_malformed_yaml_and_duplicate_keys(tmp_path: Path) -> None:
 def test_unknown_profile_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigError) as info:
         load_stack_config("nosuch")
-    assert "shipped profiles: sound, unsound" in str(info.value)
+    assert "shipped profiles: sound, sound-docker, unsound, unsound-single" in str(info.value)
 
 
 def test_cli_refuses_bad_config_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:
