@@ -35,12 +35,17 @@ def toxiproxy_url(stack: RunningStack) -> str:
     return f"http://{stack.config.host}:{stack.config.toxiproxy.api_port}"
 
 
-def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
+def run(
+    path: Path, gateway: str, stack: RunningStack, tmp_path: Path, config: str | None = None
+) -> dict:
+    """Run a drill attached to ``gateway``; ``config`` is the stack config its ``stack_lint``
+    check reads (default: the session stack's)."""
     scenario, doc = load_scenario(path)
     options = RunOptions(
         out_dir=tmp_path / "runs",
         ledger=tmp_path / "ledger.json",
         attach=Attach(gateway=gateway, toxiproxy=toxiproxy_url(stack)),
+        stack_config=config or str(stack.config_path),
     )
     run_dir = Runner(scenario, doc, options).run()
     return json.loads((run_dir / "journal.json").read_text())
@@ -99,13 +104,18 @@ def test_shipped_latency_drill_fails_on_the_unsound_policy_naming_the_checks(
     stack: RunningStack, gateway_factory: Callable[..., LiveGateway], tmp_path: Path
 ) -> None:
     gw = unsound_gateway(gateway_factory)
-    journal = run(SHIPPED, gw.url, stack, tmp_path)
+    journal = run(SHIPPED, gw.url, stack, tmp_path, config="unsound")
     assert journal["verdict"] == "failed"
     checks = by_label(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
     # No first-token timeout that can fire before the request's own, no fallback text, no
-    # breakers: users wait out the latency on every request, and no breaker ever opens.
-    assert {"fallback_rate during fault", "breaker_opened_within vllm-0"} <= failed, failed
+    # breakers: users wait out the latency on every request, and no breaker ever opens. The
+    # config's contradictions are caught statically too.
+    assert {
+        "fallback_rate during fault",
+        "breaker_opened_within vllm-0",
+        "stack_lint",
+    } <= failed, failed
     assert checks["fallback_rate during fault"]["observed"] == 0.0
     assert checks["breaker_opened_within vllm-0"]["observed_text"] == "no data"
     assert "never opened" in checks["breaker_opened_within vllm-0"]["reason"]
