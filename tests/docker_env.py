@@ -123,3 +123,14 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+        _unmount_under(root)
+
+
+def _unmount_under(root: Path) -> None:
+    """dockerd leaves its default network namespace mounted under its exec root; unmount
+    what it left so that the temp folder can be removed (and no mount outlives the session)."""
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
