@@ -234,6 +234,7 @@ class Runner:
             state_dir,
             kubernetes_scope(scenario, self.doc, self.policy),
             self.policy.max_pods,
+            self.policy.max_containers,
         )
         faults: list[FaultRun] = []
         phases: dict[str, tuple[float, float]] = {}

@@ -87,6 +87,8 @@ class SafetyPolicy(BaseModel):
     max_users: int = Field(default=32, ge=1)
     max_pods: int = Field(default=10, ge=0)
     """Pods one Kubernetes fault may delete."""
+    max_containers: int = Field(default=10, ge=0)
+    """Containers one docker fault may hit."""
     kubernetes_namespaces: list[str] = Field(default_factory=list)
     """If set, Kubernetes namespaces drills may touch (beyond what each scenario allows)."""
     kubernetes_contexts: list[str] = Field(default_factory=list)

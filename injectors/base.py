@@ -38,6 +38,8 @@ class InjectionContext:
     contexts allowed by both the scenario and the safety policy."""
     max_pods: int = 10
     """Kubernetes faults: the most pods one fault may delete (the safety policy's)."""
+    max_containers: int = 10
+    """Docker faults: the most containers one fault may hit (the safety policy's)."""
 
 
 class Injector(Protocol):

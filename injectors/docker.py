@@ -17,6 +17,7 @@ from typing import Any
 
 from drills.docker import DockerClient, DockerError
 from drills.errors import DrillsError, RevertError
+from drills.safety import SafetyViolation
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["DockerInjector", "revert_entry"]
@@ -57,6 +58,7 @@ class DockerInjector:
         self.kind: str = fault.kind
         self.target: str = fault.target
         self.host: str | None = fault.host
+        self.max_containers = context.max_containers
         self.victims: list[dict[str, Any]] = []
         self.applied_at: float | None = None
 
@@ -78,7 +80,15 @@ class DockerInjector:
                 f"{self.kind}: the selector {self.target!r} matches no running container"
                 + (f" (matched, not running: {states})" if states else "")
             )
-        return running[:1] if self.fault.mode == "one" else running
+        chosen = running[:1] if self.fault.mode == "one" else running
+        if len(chosen) > self.max_containers:
+            raise SafetyViolation(
+                [
+                    f"{self.kind}: would hit {len(chosen)} containers of {self.target!r}; the "
+                    f"safety policy's max_containers is {self.max_containers}"
+                ]
+            )
+        return chosen
 
     def apply(self) -> dict[str, Any]:
         with DockerClient(self.host) as docker:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from drills.ledger import Ledger
+from drills.safety import SafetyViolation
 from drills.scenario import DockerFault
 from injectors.base import InjectionContext, build
 from injectors.docker import InjectionFailed
@@ -115,6 +116,18 @@ def test_cut_the_network_and_reconnect(docker_env: DockerEnv, pair: list[str]) -
     assert injector.revert()["method"] == f"{pair[0]}: reconnected to {NETWORK}"
     networks = docker_env.client.inspect(pair[0])["NetworkSettings"]["Networks"]
     assert NETWORK in networks
+
+
+def test_a_fault_over_the_container_limit_is_refused_untouched(
+    docker_env: DockerEnv, pair: list[str]
+) -> None:
+    spec = DockerFault.model_validate(
+        {"kind": "docker.pause", "target": "label:app=tiny", "mode": "all", "host": docker_env.host}
+    )
+    injector = build(spec, InjectionContext("run1", "", max_containers=1), 0)
+    with pytest.raises(SafetyViolation, match=r"would hit 2 containers .* max_containers is 1"):
+        injector.apply()
+    assert not any(docker_env.client.inspect(n)["State"]["Paused"] for n in pair)
 
 
 def test_a_selector_that_matches_nothing_fails(docker_env: DockerEnv) -> None:
