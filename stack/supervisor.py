@@ -475,6 +475,10 @@ class Supervisor:
             run.warmup = None
             self._event(run, "warmed_up")
         healthy = self._healthy(run.spec)
+        if not healthy and run.process is not None and run.process.poll() is not None:
+            # It died between the exit check and the health check: the next round records
+            # the exit (and its restart), not a health failure of a process that is gone.
+            return changed
         if healthy and run.status == "starting" and self._needs_warmup(run):
             # Ready means warm: a fresh engine's first requests are several times slower
             # than later ones, and a drill must not mistake that for the fault it injects.
