@@ -359,11 +359,7 @@ class Phase(_Model):
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 PERCENTILE = re.compile(r"^(ttft|itl|e2e)\.p(50|75|90|95|99|999)$")
 RATE_CHECKS = ("error_rate", "fallback_rate", "success_rate")
-CHECKS = (
-    "ttft.pNN",
-    "itl.pNN",
-    "e2e.pNN",
-    *RATE_CHECKS,
+NAMED_CHECKS = (
     "throughput",
     "prometheus",
     "breaker_opened_within",
@@ -372,6 +368,14 @@ CHECKS = (
     "requests_lost",
     "stack_lint",
 )
+"""Checks whose family is their own name."""
+CHECKS = (
+    "ttft.pNN",
+    "itl.pNN",
+    "e2e.pNN",
+    *RATE_CHECKS,
+    *NAMED_CHECKS,
+)
 
 
 def check_family(name: str) -> str | None:
@@ -379,15 +383,7 @@ def check_family(name: str) -> str | None:
         return "latency"
     if name in RATE_CHECKS:
         return "rate"
-    if name in (
-        "throughput",
-        "prometheus",
-        "breaker_opened_within",
-        "recovered_within",
-        "replacement_ready_within",
-        "requests_lost",
-        "stack_lint",
-    ):
+    if name in NAMED_CHECKS:
         return name
     return None
 

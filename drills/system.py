@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["pid_alive", "state_home"]
+__all__ = ["group_members", "pid_alive", "state_home"]
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -29,3 +29,18 @@ def state_home() -> Path:
     """``$XDG_STATE_HOME/drills`` or ``~/.local/state/drills``."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "drills"
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, sorted."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return sorted(members)

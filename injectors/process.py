@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.errors import DrillsError, RevertError
+from drills.system import group_members
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["ProcessInjector", "revert_entry"]
@@ -35,20 +36,6 @@ def _stat(pid: int) -> tuple[str, int] | None:
     except (OSError, IndexError):
         return None
     return fields[0], int(fields[19])
-
-
-def _group(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return sorted(members)
 
 
 def _same(pid: int, started: int) -> bool:
@@ -111,7 +98,7 @@ class ProcessInjector:
         pid, pgid = int(component["pid"]), int(component["pgid"])
         stat = _stat(pid)
         assert stat is not None
-        members = _group(pgid)
+        members = group_members(pgid)
         self.victim = {"pid": pid, "pgid": pgid, "starttime": stat[1], "members": members}
         self.applied_at = time.time()
         if self.kind == "process.freeze":

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from drills.errors import StackError, StackNotRunning, ToxiproxyError
-from drills.system import pid_alive
+from drills.system import group_members, pid_alive
 from drills.toxiproxy import ToxiproxyClient
 from stack.config import StackConfig, load_stack_config, profile_path
 from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
@@ -303,18 +303,7 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
         raise
 
 
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
+_group_members = group_members  # the tests read it under this name
 
 
 def _sweep(state: StackState, state_dir: Path) -> list[str]:
