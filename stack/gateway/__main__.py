@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 import uvicorn
 
@@ -15,6 +16,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stack.gateway")
     parser.add_argument("--config", required=True, help="stack profile name or YAML path")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--state-dir", default=None, help="where agent checkpoints are kept (the stack's state)"
+    )
     args = parser.parse_args()
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -22,8 +26,9 @@ def main() -> None:
     )
     # One line per request comes from the gateway itself; httpx's own lines would double it.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     stack = load_stack_config(args.config)
-    app = create_app(stack)
+    app = create_app(stack, Path(args.state_dir) if args.state_dir else None)
     uvicorn.run(
         app,
         host=stack.gateway.bind or stack.host,

@@ -1,7 +1,9 @@
 """The gateway: an OpenAI-compatible front door that owns the stack's reliability policy.
 
 Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. Every answer carries these headers, so a drill can tell how it was served:
+``GET /metrics``; with a ``rag`` section, ``POST /v1/rag/answer`` and ``POST /v1/agent/run``
+(see ``stack.gateway.rag``). Every answer carries these headers, so a drill can tell how it was
+served:
 
 - ``traceparent`` / ``x-trace-id``: the W3C trace (the caller's, continued, or a new one);
 - ``x-drills-route``: ``primary``, ``backup``, ``fallback``, ``error`` or ``rejected``;
@@ -17,10 +19,12 @@ import contextlib
 import json
 import logging
 import math
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -32,6 +36,7 @@ from starlette.routing import Route
 from stack.config import StackConfig
 from stack.gateway.admission import Admission, QueueFull, QueueTimeout
 from stack.gateway.metrics import GatewayMetrics
+from stack.gateway.rag import AgentPath, RagPath
 from stack.gateway.router import Routed, Router
 from stack.gateway.trace import TraceContext
 from stack.gateway.upstream import AttemptStream, DeadlineReached, RetryableFailure
@@ -48,7 +53,7 @@ def _sse(obj: Any) -> bytes:
 class Gateway:
     """State of one gateway instance: its router, admission queue and metrics."""
 
-    def __init__(self, stack: StackConfig) -> None:
+    def __init__(self, stack: StackConfig, state_dir: Path | None = None) -> None:
         self.stack = stack
         self.config = stack.gateway
         self.metrics = GatewayMetrics()
@@ -59,18 +64,29 @@ class Gateway:
             max_concurrency=self.config.admission.max_concurrency,
             max_queue=self.config.admission.max_queue,
         )
+        self.rag: RagPath | None = None
+        self.agent: AgentPath | None = None
+        if stack.rag is not None:
+            self.rag = RagPath(stack, self.metrics, self.generate_text)
+            self.agent = AgentPath(
+                stack, self.metrics, state_dir or Path(tempfile.mkdtemp(prefix="drills-gw-"))
+            )
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _headers(
         self, trace: TraceContext, route: str, attempts: int, upstream: str | None
     ) -> dict[str, str]:
+        breakers = self.router.breaker_header()
+        for path in (self.rag, self.agent):
+            if path is not None:
+                breakers += "".join(f", {n}={b.state}" for n, b in path.hops.breakers.items())
         headers = {
             "traceparent": trace.traceparent,
             "x-trace-id": trace.trace_id,
             "x-drills-route": route,
             "x-drills-attempts": str(attempts),
-            "x-drills-breakers": self.router.breaker_header(),
+            "x-drills-breakers": breakers,
         }
         if upstream:
             headers["x-drills-upstream"] = upstream
@@ -143,10 +159,101 @@ class Gateway:
         }
         return whole, [_sse(chunk), b"data: [DONE]\n\n"]
 
+    async def generate_text(
+        self, messages: list[dict[str, str]], max_tokens: int, traceparent: str, deadline: float
+    ) -> tuple[str, str]:
+        """One non-streamed completion through admission and the model routing; the text and
+        the route (``primary``, ``backup``, ``fallback``, ``rejected``, ``error``)."""
+        work_deadline = deadline - self.config.fallback_reserve
+        fallback = self.config.fallback.text or ""
+        try:
+            await self.admission.acquire(
+                min(self.config.timeouts.queue, work_deadline - time.monotonic())
+            )
+        except (QueueFull, QueueTimeout):
+            return fallback, "rejected"
+        try:
+            payload = {"messages": messages, "max_tokens": max_tokens}
+            routed = await self.router.route(payload, traceparent, work_deadline)
+            stream = routed.stream
+            if stream is None:
+                return fallback, "fallback" if fallback else "error"
+            chunks = list(stream.chunks)
+            failure: str | None = "client_gone"
+            try:
+                async for chunk in stream.rest():
+                    chunks.append(chunk)
+                failure = None
+            except (RetryableFailure, DeadlineReached) as exc:
+                failure = exc.reason if isinstance(exc, RetryableFailure) else "deadline"
+            finally:
+                await stream.close()
+                self.router.finish(stream, failure)
+            if failure is not None:
+                return fallback, "fallback" if fallback else "error"
+            text = "".join(
+                (choice.get("delta") or {}).get("content") or ""
+                for chunk in chunks
+                for choice in chunk.get("choices") or ()
+            )
+            return text, routed.route
+        finally:
+            self.admission.release()
+
+    async def _json_path(self, request: Request, handler: Any, route_of: Any) -> Response:
+        started = time.monotonic()
+        trace = TraceContext.from_header(request.headers.get("traceparent"))
+        try:
+            payload = json.loads(await request.body())
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            self._observe("rejected", 400, started)
+            return self._error(
+                trace, 400, "the body must be a JSON object", "invalid_request_error", "rejected"
+            )
+        status, body = await handler(payload, trace.traceparent)
+        route = route_of(status, body)
+        self._observe(route, status, started)
+        body["trace_id"] = trace.trace_id
+        headers = self._headers(trace, route, 0, None)
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    async def rag_answer(self, request: Request) -> Response:
+        assert self.rag is not None
+        return await self._json_path(
+            request,
+            self.rag.answer,
+            lambda status, body: (
+                "rejected"
+                if status == 400
+                else "error"
+                if status != 200
+                else ("no_context" if body.get("missing_context") else "rag")
+            ),
+        )
+
+    async def agent_run(self, request: Request) -> Response:
+        assert self.agent is not None
+        return await self._json_path(
+            request,
+            self.agent.run,
+            lambda status, body: (
+                "rejected"
+                if status == 400
+                else "error"
+                if status != 200
+                else ("graceful" if body.get("status") == "graceful" else "agent")
+            ),
+        )
+
     # -- endpoints -------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
         breakers = {n: b.state for n, b in self.router.breakers.items()}
+        for path in (self.rag, self.agent):
+            if path is not None:
+                breakers.update({n: b.state for n, b in path.hops.breakers.items()})
         return JSONResponse(
             {
                 "status": "ok",
@@ -413,8 +520,8 @@ class Gateway:
         )
 
 
-def create_app(stack: StackConfig) -> Starlette:
-    gateway = Gateway(stack)
+def create_app(stack: StackConfig, state_dir: Path | None = None) -> Starlette:
+    gateway = Gateway(stack, state_dir)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -424,9 +531,17 @@ def create_app(stack: StackConfig) -> Starlette:
         with contextlib.suppress(asyncio.CancelledError):
             await prober
         await gateway.router.aclose()
+        if gateway.rag is not None:
+            await gateway.rag.aclose()
 
+    routes = []
+    if gateway.rag is not None:
+        routes.append(Route("/v1/rag/answer", gateway.rag_answer, methods=["POST"]))
+    if gateway.agent is not None:
+        routes.append(Route("/v1/agent/run", gateway.agent_run, methods=["POST"]))
     app = Starlette(
         routes=[
+            *routes,
             Route("/v1/chat/completions", gateway.chat_completions, methods=["POST"]),
             Route("/v1/models", gateway.models, methods=["GET"]),
             Route("/health", gateway.health, methods=["GET"]),

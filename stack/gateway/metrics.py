@@ -90,3 +90,33 @@ class GatewayMetrics:
             ["upstream", "reason"],
             registry=r,
         )
+        self.rag_answers = Counter(
+            "drills_gateway_rag_answers",
+            "RAG answers by outcome: context (grounded), no_context (retrieval failed, said so), "
+            "error",
+            ["outcome"],
+            registry=r,
+        )
+        self.agent_tasks = Counter(
+            "drills_gateway_agent_tasks",
+            "Agent tasks by how they ended: done, step_limit, graceful, error",
+            ["status"],
+            registry=r,
+        )
+        self.agent_resumed = Counter(
+            "drills_gateway_agent_resumed",
+            "Agent tasks resumed from a checkpoint",
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "drills_gateway_tool_calls",
+            "Agent tool calls by tool and outcome (after retries): ok, timeout, breaker_open, ...",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.hop_attempts = Counter(
+            "drills_gateway_hop_attempts",
+            "Attempts sent to a retrieval or tool hop, by outcome",
+            ["hop", "outcome"],
+            registry=r,
+        )
