@@ -7,7 +7,7 @@ nothing. Every result carries the observed value next to what was expected.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,6 +63,12 @@ class Evaluation:
     """Findings of ``drills.lint`` on the stack's config; ``None`` when no config is known."""
     gpu: dict[str, Any] | None = None
     """NVML's status when GPU telemetry was asked for."""
+    retrieval: dict[str, Any] | None = None
+    """The recall probe's status when the drill asked for it."""
+    agent_id: str = "gateway-agent"
+    """Who the gateway's agent calls tools as (``gateway.agent.agent_id``)."""
+    tools_hop: str = "tools"
+    """The tool server's hop name (``rag.tools.name``)."""
 
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window
@@ -105,8 +111,10 @@ def _fmt(value: float, family: str) -> str:
         "replacement_ready_within",
     ):
         return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
-    if family == "rate":
+    if family in ("rate", "missing_context_share", "retrieval_recall"):
         return f"{value:.3f}"
+    if family == "retry_amplification":
+        return f"{value:.2f} attempts/request"
     if family == "throughput":
         return f"{value:.2f} req/s"
     return f"{value:g}"
@@ -422,6 +430,151 @@ def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
     )
 
 
+def _missing_context(check: Check, ev: Evaluation) -> CheckResult:
+    """Share of RAG answers in the window that declared they had no context. An error is not
+    a declaration: it counts against the share."""
+    start, end = ev.window(check.during)
+    records = [r for r in ev.requests_in(start, end) if r.get("endpoint") == "rag"]
+    if not records:
+        return _result(check, "missing_context_share", None, 0, "no RAG answer in the window")
+    declared = sum(bool(r.get("missing_context")) and not is_error(r) for r in records)
+    errors = sum(is_error(r) for r in records)
+    share = declared / len(records)
+    result = _result(check, "missing_context_share", share, len(records))
+    if not result.passed:
+        result.reason += f" ({declared} declared no context, {errors} failed outright)"
+    return result
+
+
+def _counter_increase(
+    ev: Evaluation,
+    source: str,
+    metric: str,
+    match: Callable[[dict[str, str]], bool],
+    start: float,
+    end: float,
+) -> float | None:
+    """How much a counter (summed over the series ``match`` selects) grew over
+    ``[start, end]``, from the scrapes of ``source``; ``None`` when no scrape of it succeeded
+    inside the window. A series not yet exported counts as 0 (counters appear on first use)."""
+    points: list[tuple[float, float]] = []
+    for probe in ev.probes:
+        if probe["source"] != source or probe.get("error"):
+            continue
+        total = sum(
+            sample["value"]
+            for sample in probe["samples"]
+            if sample["name"] == metric and match(sample["labels"])
+        )
+        points.append((probe["time"], total))
+    inside = [v for t, v in points if start <= t <= end]
+    if not inside:
+        return None
+    before = [v for t, v in points if t < start]
+    return inside[-1] - (before[-1] if before else 0.0)
+
+
+def _tool_timeouts(check: Check, ev: Evaluation) -> CheckResult:
+    """Agent tool-call attempts that timed out, at the gateway, in the window."""
+    start, end = ev.window(check.during)
+    prefix = f"{ev.tools_hop}:"
+    hop = check.target
+
+    def match(labels: dict[str, str]) -> bool:
+        name = labels.get("hop", "")
+        return labels.get("outcome") == "timeout" and (
+            name == hop if hop else name.startswith(prefix)
+        )
+
+    value = _counter_increase(ev, "gateway", "drills_gateway_hop_attempts_total", match, start, end)
+    if value is None:
+        return _result(check, "tool_timeouts", None, 0, "no scrape of the gateway in the window")
+    return _result(check, "tool_timeouts", value, 1)
+
+
+def _breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
+    """How many times the breaker of ``target`` opened in the window."""
+    start, end = ev.window(check.during)
+    value = _counter_increase(
+        ev,
+        "gateway",
+        "drills_gateway_breaker_transitions_total",
+        lambda labels: labels.get("upstream") == check.target and labels.get("to") == "open",
+        start,
+        end,
+    )
+    if value is None:
+        return _result(check, "breaker_opens", None, 0, "no scrape of the gateway in the window")
+    return _result(check, "breaker_opens", value, 1)
+
+
+def _retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
+    """Mean recall@k of the recall probe's runs in the window."""
+    start, end = ev.window(check.during)
+    values = [v for _, v in _series(ev, "retrieval", "drills_retrieval_recall", {}, start, end)]
+    if not values:
+        status = ev.retrieval or {"available": False, "reason": "the probe did not run"}
+        reason = (
+            f"the recall probe is unavailable: {status.get('reason')}"
+            if not status.get("available")
+            else "no run of the recall probe in the window"
+        )
+        return _result(check, "retrieval_recall", None, 0, reason)
+    return _result(check, "retrieval_recall", sum(values) / len(values), len(values))
+
+
+def _retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
+    """Upstream attempts per user request in the window, counted where they arrive.
+
+    Tool hops (``tools`` or ``tools:<tool>``) are counted by the tool server's interception
+    layer (every call the gateway's agent made, retries included, whatever the gateway says).
+    Other hops (Toxiproxy 2.12 counts bytes, not requests) use the gateway's attempt counter."""
+    start, end = ev.window(check.during)
+    target = check.target or ""
+    requests = [r for r in ev.records if start <= r["start"] < end]
+    if not requests:
+        return _result(check, "retry_amplification", None, 0, "no user request in the window")
+    if target == ev.tools_hop or target.startswith(f"{ev.tools_hop}:"):
+        tool = target.split(":", 1)[1] if ":" in target else None
+        where = "the tool server"
+        attempts = _counter_increase(
+            ev,
+            ev.tools_hop,
+            "drills_tools_calls_total",
+            lambda labels: (
+                labels.get("agent") == ev.agent_id and (tool is None or labels.get("tool") == tool)
+            ),
+            start,
+            end,
+        )
+    else:
+        where = "the gateway"
+        attempts = _counter_increase(
+            ev,
+            "gateway",
+            "drills_gateway_hop_attempts_total",
+            lambda labels: labels.get("hop") == target and labels.get("outcome") != "breaker_open",
+            start,
+            end,
+        )
+    if attempts is None:
+        return _result(
+            check,
+            "retry_amplification",
+            None,
+            0,
+            f"no scrape of {where} in the window to count attempts at {target}",
+        )
+    ratio = attempts / len(requests)
+    result = _result(check, "retry_amplification", ratio, len(requests))
+    result.reason = (
+        f"{attempts:g} attempts at {target} (counted by {where}) for {len(requests)} user "
+        f"requests: {ratio:.2f} per request"
+        + ("" if result.passed else f", expected {_expected(check, '')}")
+    )
+    return result
+
+
 def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[CheckResult]:
     from drills.scenario import check_family
 
@@ -438,6 +591,11 @@ def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[Chec
             "stack_lint": _stack_lint,
             "replacement_ready_within": _replacement_ready,
             "requests_lost": _requests_lost,
+            "missing_context_share": _missing_context,
+            "tool_timeouts": _tool_timeouts,
+            "breaker_opens": _breaker_opens,
+            "retrieval_recall": _retrieval_recall,
+            "retry_amplification": _retry_amplification,
         }[family or ""]
         results.append(handler(check, ev))
     return results

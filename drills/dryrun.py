@@ -26,6 +26,8 @@ RESOLVED = {
     "process": "the embedded stack's component of that name, at run time",
     "docker": "containers matching the selector, at run time",
     "kubernetes": "pods, nodes or deployments listed below (read from the cluster now)",
+    "tool": "the MCP tool of that name on the stack's tool server, flooded at run time",
+    "gpu": "the GPU of that index on this host, through NVML, at run time",
 }
 
 

@@ -1,10 +1,14 @@
-"""Probes: Prometheus scrapes of the stack's parts on an interval, kept for the journal."""
+"""Probes: Prometheus scrapes of the stack's parts on an interval, kept for the journal.
+
+A source is a metrics URL, or a callable that returns samples itself (the retrieval recall
+probe, ``drills.retrieval``); ``every`` slows a source down to its own interval."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -31,9 +35,17 @@ def parse_samples(text: str) -> list[dict[str, Any]]:
 class Prober:
     """Scrapes ``sources`` (name -> metrics URL) every ``interval`` seconds in a thread."""
 
-    def __init__(self, sources: dict[str, str], interval: float, gpu: bool = False) -> None:
+    def __init__(
+        self,
+        sources: dict[str, str | Callable[[], list[dict[str, Any]]]],
+        interval: float,
+        gpu: bool = False,
+        every: dict[str, float] | None = None,
+    ) -> None:
         self.sources = sources
         self.interval = interval
+        self.every = every or {}
+        self._last: dict[str, float] = {}
         self.results: list[dict[str, Any]] = []
         self.failures: dict[str, int] = {}
         self.gpu: dict[str, Any] | None = None
@@ -48,14 +60,22 @@ class Prober:
         self._thread = threading.Thread(target=self._loop, name="drills-probes", daemon=True)
         self._client = httpx.Client(timeout=min(interval, 2.0))
 
-    def scrape_once(self) -> None:
+    def scrape_once(self, *, all_sources: bool = False) -> None:
         for source, url in self.sources.items():
             started = time.time()
+            if not all_sources and started - self._last.get(source, 0.0) < self.every.get(
+                source, 0.0
+            ):
+                continue
+            self._last[source] = started
             try:
-                response = self._client.get(url)
-                response.raise_for_status()
-                samples = parse_samples(response.text)
-            except (httpx.HTTPError, ValueError) as exc:
+                if callable(url):
+                    samples = url()
+                else:
+                    response = self._client.get(url)
+                    response.raise_for_status()
+                    samples = parse_samples(response.text)
+            except (httpx.HTTPError, ValueError, OSError) as exc:
                 self.failures[source] = self.failures.get(source, 0) + 1
                 self.results.append(
                     {"time": started, "source": source, "error": str(exc)[:200], "samples": []}
@@ -86,5 +106,5 @@ class Prober:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self.scrape_once()  # a last picture after every fault is gone
+        self.scrape_once(all_sources=True)  # a last picture after every fault is gone
         self._client.close()

@@ -112,8 +112,10 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         "toxiproxy": f"{comps['toxiproxy'].endpoint}/metrics",
     }
     for c in status.components:
-        if c.kind == "engine":
+        if c.kind in ("engine", "tools"):
             metrics[c.name] = f"{c.endpoint}/metrics"
+        elif c.metrics_url:
+            metrics[c.name] = c.metrics_url
     return StackEndpoints(
         comps["gateway"].endpoint,
         comps["toxiproxy"].endpoint,
@@ -171,6 +173,7 @@ class Runner:
         self.t0 = 0.0
         self._stop_reason: str | None = None
         self.policy = options.safety or SafetyPolicy()
+        self.retrieval_status: dict[str, Any] | None = None
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -279,10 +282,11 @@ class Runner:
             scenario.duration + scenario.load.warmup,
         )
         prober = Prober(
-            endpoints.metrics,
+            dict(endpoints.metrics),
             scenario.probe_interval,
             gpu=scenario.gpu_telemetry or any(f.kind.startswith("gpu.") for f in faults_specs),
         )
+        self.retrieval_status = self._retrieval_probe(prober, state_dir, endpoints)
         reader = RecordReader(records_path)
         live: list[dict[str, Any]] = []
         status = "completed"
@@ -342,6 +346,8 @@ class Runner:
             prober.results,
             self._lint(endpoints),
             prober.gpu,
+            self.retrieval_status,
+            *self._agent_identity(state_dir, endpoints),
         )
         results = evaluate(evaluation)
         verdict = self._verdict(status, results)
@@ -404,6 +410,66 @@ class Runner:
                 ]
             )
         return sorted(state.components)
+
+    def _stack_config_path(self, state_dir: Path | None, endpoints: StackEndpoints) -> str | None:
+        """The config the stack runs with: the embedded stack's copy (its real ports), else
+        the one given for an attached stack, else the profile."""
+        if state_dir is not None and (state_dir / "stack.yaml").exists():
+            return str(state_dir / "stack.yaml")
+        attach = attach_of(self.scenario, self.options)
+        if self.options.stack_config:
+            return self.options.stack_config
+        if attach is not None and attach.config:
+            base = self.doc.path.parent if self.doc else Path.cwd()
+            return str(base / attach.config)
+        return endpoints.profile
+
+    def _agent_identity(self, state_dir: Path | None, endpoints: StackEndpoints) -> tuple[str, str]:
+        """Who the gateway's agent calls tools as, and the tool server's hop name."""
+        from stack.config import load_stack_config
+
+        source = self._stack_config_path(state_dir, endpoints)
+        if source is not None:
+            try:
+                config = load_stack_config(source)
+            except ConfigError:
+                config = None
+            if config is not None and config.rag is not None:
+                return config.gateway.agent.agent_id, config.rag.tools.name
+        return "gateway-agent", "tools"
+
+    def _retrieval_probe(
+        self, prober: Prober, state_dir: Path | None, endpoints: StackEndpoints
+    ) -> dict[str, Any] | None:
+        """Add the recall probe to ``prober`` when the drill asks for it; its status."""
+        from drills.retrieval import RecallProbe, load_queries
+        from stack.config import load_stack_config
+
+        scenario = self.scenario
+        wanted = scenario.retrieval_probe or any(
+            c.check == "retrieval_recall" for c in scenario.expect
+        )
+        if not wanted:
+            return None
+        source = self._stack_config_path(state_dir, endpoints)
+        if source is None:
+            return {"available": False, "reason": "no stack config known (pass --stack-config)"}
+        base = self.doc.path.parent if self.doc else Path.cwd()
+        queries = load_queries(
+            base / scenario.retrieval_queries if scenario.retrieval_queries else None
+        )
+        try:
+            probe = RecallProbe(load_stack_config(source), queries)
+        except ValueError as exc:
+            return {"available": False, "reason": str(exc)}
+        prober.sources["retrieval"] = probe.samples
+        prober.every["retrieval"] = scenario.retrieval_interval
+        return {
+            "available": True,
+            "config": source,
+            "queries": len(queries.queries),
+            "k": queries.k,
+        }
 
     def _lint(self, endpoints: StackEndpoints) -> list[dict[str, Any]] | None:
         """Lint findings on the stack's config (``None`` when the stack's config is unknown)."""
@@ -674,6 +740,7 @@ class Runner:
             "probes": prober.results,
             "probe_failures": prober.failures,
             "gpu": prober.gpu,
+            "retrieval": self.retrieval_status,
             "checks": [r.as_json() for r in results],
             "run_dir": str(run_dir),
         }

@@ -89,6 +89,8 @@ class SafetyPolicy(BaseModel):
     """Pods one Kubernetes fault may delete."""
     max_containers: int = Field(default=10, ge=0)
     """Containers one docker fault may hit."""
+    max_tool_concurrency: int = Field(default=64, ge=0)
+    """Concurrent calls one ``tool.saturate`` flood may keep in flight."""
     kubernetes_namespaces: list[str] = Field(default_factory=list)
     """If set, Kubernetes namespaces drills may touch (beyond what each scenario allows)."""
     kubernetes_contexts: list[str] = Field(default_factory=list)
@@ -205,6 +207,12 @@ def check_scenario(
     scope = getattr(scenario, "kubernetes", None)
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
+            if fault.kind == "tool.saturate" and fault.concurrency > policy.max_tool_concurrency:
+                loc = ("phases", i, "inject", j, "concurrency")
+                problems.append(
+                    f"{where(loc)}{format_path(loc)}: a flood of {fault.concurrency} concurrent "
+                    f"calls; max_tool_concurrency is {policy.max_tool_concurrency}"
+                )
             if not fault.kind.startswith("kubernetes."):
                 continue
             loc = ("phases", i, "inject", j, "namespace")

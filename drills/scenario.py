@@ -223,6 +223,23 @@ class GpuMemoryPressureFault(_FaultBase):
     share: float = Field(gt=0, le=0.95)
 
 
+class ToolSaturateFault(_FaultBase):
+    """Flood MCP tool ``target`` (``search_kb``, ...) with ``concurrency`` calls at once for the
+    window, as another tenant's agents would; stopped on revert."""
+
+    kind: Literal["tool.saturate"]
+    target: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    concurrency: int = Field(default=16, ge=1, le=256)
+    arguments: dict[str, Any] = Field(
+        default_factory=lambda: {"query": "what do I do when the model answers slowly?"}
+    )
+    agent: str = "flood"
+    """The agent id the flood calls as (it must be allowed the tool)."""
+    call_timeout: Duration = 30.0
+    url: str | None = None
+    """The tool server (default: the embedded stack's ``tools`` component)."""
+
+
 class KubernetesFault(_FaultBase):
     """A fault on a Kubernetes cluster. ``target`` is, by kind: a label selector of the pods to
     delete (``app=vllm,role=primary``), the node to cordon or drain, the deployment to scale.
@@ -270,7 +287,8 @@ class KubernetesScope(_Model):
 
 
 Fault = Annotated[
-    GpuMemoryPressureFault
+    ToolSaturateFault
+    | GpuMemoryPressureFault
     | KubernetesFault
     | ProcessKillFault
     | ProcessFreezeFault
@@ -333,6 +351,9 @@ class LoadConfig(_Model):
     timeout: Duration = 60.0
     """The client's own timeout for one request."""
     model: str | None = None
+    endpoint: Literal["chat", "rag", "agent"] = "chat"
+    """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
+    questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Sent with every request (an API key for a staging gateway, say). ``${NAME}`` is read
     from the environment, so secrets stay out of the file; journals and reports mask them."""
@@ -367,6 +388,11 @@ NAMED_CHECKS = (
     "replacement_ready_within",
     "requests_lost",
     "stack_lint",
+    "missing_context_share",
+    "tool_timeouts",
+    "breaker_opens",
+    "retrieval_recall",
+    "retry_amplification",
 )
 """Checks whose family is their own name."""
 CHECKS = (
@@ -424,7 +450,16 @@ class Check(_Model):
         timed = ("breaker_opened_within", "recovered_within", "replacement_ready_within")
         if family in (*timed, "requests_lost") and self.above is not None:
             raise ValueError(f"check {self.check!r} takes only 'below'")
-        if family in ("breaker_opened_within", "replacement_ready_within") and not self.target:
+        if (
+            family
+            in (
+                "breaker_opened_within",
+                "replacement_ready_within",
+                "breaker_opens",
+                "retry_amplification",
+            )
+            and not self.target
+        ):
             raise ValueError(
                 f"check {self.check!r} needs a target (the faulted upstream/component)"
             )
@@ -500,6 +535,13 @@ class Scenario(_Model):
     abort_when: list[AbortCondition] = Field(default_factory=list)
     slo: SLO = Field(default_factory=SLO)
     probe_interval: Duration = 1.0
+    retrieval_probe: bool = False
+    """Run the retrieval recall probe (source ``retrieval``); on by itself when a
+    ``retrieval_recall`` check is expected."""
+    retrieval_queries: str | None = None
+    """The probe's standard queries (YAML, relative to the scenario); default: the shipped
+    ``scenarios/retrieval/standard-queries.yaml``."""
+    retrieval_interval: Duration = 5.0
     gpu_telemetry: bool = False
     """Sample every GPU through NVML (source ``gpu`` for ``prometheus`` checks:
     gpu_utilization_percent, gpu_memory_used_bytes, gpu_memory_total_bytes; label ``gpu``)."""
@@ -638,5 +680,6 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
             raise ConfigError(
                 [f"{doc.path}:{doc.line_of(('stack',))} stack: {p}" for p in exc.problems]
             ) from None
-        check_targets(scenario, doc, [u.name for u in config.upstreams], config.component_names)
+        hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
+        check_targets(scenario, doc, hops, config.component_names)
     return scenario, doc

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
-__all__ = ["group_members", "pid_alive", "state_home"]
+__all__ = ["group_members", "pid_alive", "start_time", "state_home", "stop_helper"]
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -44,3 +46,35 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return sorted(members)
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), to tell it from a later process that
+    reuses the number; ``None`` when it is gone or a zombie (exited, not yet reaped)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def stop_helper(pid: int | None, started: int | None, *, timeout: float = 20.0) -> bool:
+    """SIGTERM a helper process we started (checked by its start time) and wait until it is
+    gone; ``False`` when there was nothing to stop. Raises ``TimeoutError`` if it stays."""
+    if not pid or start_time(int(pid)) != started:
+        return False
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while start_time(int(pid)) == started:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} did not exit {timeout:g}s after SIGTERM")
+        time.sleep(0.05)
+    return True

@@ -69,7 +69,7 @@ def _load_entry_points() -> None:
         REGISTRY.setdefault(entry.name, entry.load())
 
 
-_BUILTIN_FAMILIES = ("docker", "gpu", "kubernetes", "process", "toxiproxy")
+_BUILTIN_FAMILIES = ("docker", "gpu", "kubernetes", "process", "tool", "toxiproxy")
 _LOADED = False
 
 

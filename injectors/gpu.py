@@ -13,7 +13,6 @@ land (the drill stops, saying why).
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import time
 from typing import Any
 
 from drills.errors import DrillsError, RevertError
+from drills.system import start_time, stop_helper
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["GpuUnavailable", "MemoryPressure", "gpu_samples", "nvml_status", "revert_entry"]
@@ -95,13 +95,6 @@ def _memory(index: int) -> tuple[int, int]:
         nvml.nvmlShutdown()
 
 
-def _starttime(pid: int) -> int | None:
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 class MemoryPressure:
     """``gpu.memory_pressure``: hold ``share`` of device ``target``'s memory for the window."""
 
@@ -131,7 +124,7 @@ class MemoryPressure:
             err = self.holder.stderr.read().decode() if self.holder.stderr else ""
             self.holder.wait()
             raise GpuUnavailable(f"could not hold GPU {device} memory: {line or err.strip()}")
-        self.entry = {"pid": self.holder.pid, "starttime": _starttime(self.holder.pid)}
+        self.entry = {"pid": self.holder.pid, "starttime": start_time(self.holder.pid)}
         after, _ = _memory(device)
         return {
             "applied_at": time.time(),
@@ -152,19 +145,11 @@ class MemoryPressure:
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Stop the holder process (its exit frees the memory); harmless when it is gone."""
-    pid, started = entry.get("pid"), entry.get("starttime")
-    if not pid or _starttime(int(pid)) != started:
-        return {"method": "nothing held"}
     try:
-        os.kill(int(pid), signal.SIGTERM)
-    except ProcessLookupError:
-        return {"method": "nothing held"}
-    deadline = time.monotonic() + 20
-    while _starttime(int(pid)) == started:
-        if time.monotonic() > deadline:
-            raise RevertError(f"the GPU memory holder (pid {pid}) did not exit")
-        time.sleep(0.05)
-    return {"method": "released (holder stopped)"}
+        stopped = stop_helper(entry.get("pid"), entry.get("starttime"))
+    except TimeoutError:
+        raise RevertError(f"the GPU memory holder (pid {entry.get('pid')}) did not exit") from None
+    return {"method": "released (holder stopped)" if stopped else "nothing held"}
 
 
 def _hold(device: int, size: int) -> None:

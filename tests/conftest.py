@@ -49,6 +49,11 @@ def relocated_profile(name: str, out: Path) -> Path:
         replica["proxy_port"] = free_port()
     if data.get("backup"):
         data["backup"]["proxy_port"] = free_port()
+    for section in (data.get("rag") or {}).values():
+        if isinstance(section, dict):
+            for key in ("port", "grpc_port", "metrics_port", "proxy_port"):
+                if key in section:
+                    section[key] = free_port()
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
 

@@ -73,6 +73,7 @@ class LoadProcess:
             "wait": self.load.wait,
             "timeout": self.load.timeout,
             "model": self.load.model,
+            "endpoint": self.load.endpoint,
             "fallback": self.fallback.model_dump(),
             # Locust ignores --run-time when a load shape is in use; the shape stops itself.
             "run_time": self.run_time + 30,

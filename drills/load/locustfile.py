@@ -1,4 +1,5 @@
-"""The Locust side of drills' load: an LLM user that streams chat completions.
+"""The Locust side of drills' load: an LLM user that streams chat completions, asks RAG
+questions (``/v1/rag/answer``) or runs agent tasks (``/v1/agent/run``), as ``endpoint`` says.
 
 Run by ``drills.load.LoadProcess`` only (configuration comes from the file named by
 ``DRILLS_LOAD_CONFIG``). Every request becomes one JSON line in the records file: start time,
@@ -43,6 +44,73 @@ class LLMUser(User):
         self.session = requests.Session()
 
     @task
+    def request(self) -> None:
+        if CONFIG.get("endpoint", "chat") == "chat":
+            self.chat()
+        else:
+            self.json_path(CONFIG["endpoint"])
+
+    def json_path(self, endpoint: str) -> None:
+        """A RAG question or an agent task: one JSON answer, timed whole."""
+        messages = random.choice(CONFIG["prompts"])
+        prompt = next(
+            (m["content"] for m in reversed(messages) if m.get("role") == "user"),
+            messages[-1]["content"],
+        )
+        path, key = (
+            ("/v1/rag/answer", "question") if endpoint == "rag" else ("/v1/agent/run", "task")
+        )
+        body = {key: prompt}
+        trace_id = secrets.token_hex(16)
+        headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        record: dict[str, Any] = {
+            "start": time.time(),
+            "ttft": None,
+            "itl": [],
+            "e2e": None,
+            "status": 0,
+            "error": None,
+            "tokens": 0,
+            "fallback": False,
+            "route": None,
+            "upstream": None,
+            "trace_id": trace_id,
+            "text": "",
+            "endpoint": endpoint,
+        }
+        started = time.perf_counter()
+        try:
+            response = self.session.post(
+                f"{self.host}{path}", json=body, headers=headers, timeout=CONFIG["timeout"]
+            )
+            record["status"] = response.status_code
+            record["route"] = response.headers.get("x-drills-route")
+            record["trace_id"] = response.headers.get("x-trace-id", trace_id)
+            payload = response.json() if response.content else {}
+            if response.status_code == 200:
+                record["ttft"] = time.perf_counter() - started
+                text = str(payload.get("answer") or "")
+                record["text"] = text[:300]
+                record["missing_context"] = bool(payload.get("missing_context"))
+                record["agent_status"] = payload.get("status")
+                record["context_ids"] = [c.get("id") for c in payload.get("context") or ()]
+                record["fallback"] = _is_fallback(response.headers, text)
+            else:
+                error = payload.get("error") if isinstance(payload, dict) else None
+                record["error"] = (error or {}).get("message") or f"HTTP {response.status_code}"
+        except (requests.RequestException, ValueError) as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        record["e2e"] = time.perf_counter() - started
+        RECORDS.write(json.dumps(record) + "\n")
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=endpoint,
+            response_time=record["e2e"] * 1000,
+            response_length=len(record["text"]),
+            exception=RuntimeError(record["error"]) if record["error"] else None,
+            context={},
+        )
+
     def chat(self) -> None:
         messages = random.choice(CONFIG["prompts"])
         body: dict[str, Any] = {

@@ -1,0 +1,243 @@
+"""Tool faults: ``tool.saturate`` floods one MCP tool with a bounded number of concurrent calls.
+
+The flood runs in a helper process (``python -m injectors.tool``), so that it neither shares
+the runner's interpreter nor outlives a crashed run: the ledger records the helper's pid and
+start time and the sweep of a later run stops it. ``concurrency`` workers each hold one MCP
+session (streamable HTTP) to the tool server and call the tool back to back, as another tenant's
+agents would. The calls go straight to the tool server, not through the gateway's proxy.
+
+Evidence read back from the target: the tool server's own gauges (``drills_tools_inflight`` and
+``drills_tools_waiting`` for the tool) once the flood runs; on revert, what the flood did: calls
+made, how they ended, their latency (p50, p95, max).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from drills.errors import InputError, RevertError
+from drills.system import start_time, stop_helper
+from injectors.base import REGISTRY, InjectionContext
+
+__all__ = ["ToolSaturate", "revert_entry"]
+
+READY_TIMEOUT = 20.0
+
+
+def tools_endpoint(context: InjectionContext, url: str | None) -> str:
+    """The tool server's base URL: the fault's ``url``, else the embedded stack's ``tools``."""
+    if url:
+        return url.rstrip("/")
+    if context.state_dir is not None:
+        from stack.state import read_state
+
+        state = read_state(context.state_dir)
+        if state is not None:
+            for comp in state.data.get("components", {}).values():
+                if comp.get("kind") == "tools":
+                    return str(comp["endpoint"]).rstrip("/")
+    raise InputError(
+        "tool.saturate needs the tool server: run on an embedded stack with a 'rag' section, "
+        "or give the fault a 'url'"
+    )
+
+
+def _gauges(base: str, tool: str) -> dict[str, float]:
+    from drills.probes import parse_samples
+
+    response = httpx.get(f"{base}/metrics", timeout=2.0)
+    response.raise_for_status()
+    found = {"inflight": 0.0, "waiting": 0.0}
+    for sample in parse_samples(response.text):
+        if sample["labels"].get("tool") != tool:
+            continue
+        if sample["name"] == "drills_tools_inflight":
+            found["inflight"] = sample["value"]
+        elif sample["name"] == "drills_tools_waiting":
+            found["waiting"] = sample["value"]
+    return found
+
+
+class ToolSaturate:
+    def __init__(self, fault: Any, context: InjectionContext, index: int) -> None:
+        self.fault = fault
+        self.kind: str = fault.kind
+        self.target: str = fault.target
+        self.base = tools_endpoint(context, fault.url)
+        workdir = context.state_dir or Path.cwd()
+        self.stats_path = workdir / "floods" / f"{context.run_id}-{index}.json"
+        self.helper: Any = None
+        self.entry: dict[str, Any] = {}
+
+    def ledger_entry(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target": self.target, **self.entry}
+
+    def apply(self) -> dict[str, Any]:
+        import subprocess
+
+        self.stats_path.parent.mkdir(parents=True, exist_ok=True)
+        self.stats_path.unlink(missing_ok=True)
+        spec = {
+            "url": f"{self.base}/mcp",
+            "tool": self.target,
+            "arguments": self.fault.arguments,
+            "agent": self.fault.agent,
+            "concurrency": self.fault.concurrency,
+            "call_timeout": self.fault.call_timeout,
+            "stats": str(self.stats_path),
+        }
+        # Its stderr goes to a file: a pipe nobody reads fills up and blocks the helper.
+        log_path = self.stats_path.with_suffix(".log")
+        with open(log_path, "wb") as log:
+            self.helper = subprocess.Popen(
+                [sys.executable, "-m", "injectors.tool", json.dumps(spec)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        self.entry = {"pid": self.helper.pid, "starttime": start_time(self.helper.pid)}
+        assert self.helper.stdout is not None
+        line = self.helper.stdout.readline().decode().strip()  # "flooding" once sessions are up
+        if line != "flooding":
+            self.helper.wait()
+            err = log_path.read_text(errors="replace")[-500:]
+            raise InputError(f"tool.saturate on {self.target}: the flood did not start: {err}")
+        # Read back from the tool server that its pool is full.
+        gauges: dict[str, float] = {}
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            gauges = _gauges(self.base, self.target)
+            if gauges["inflight"] + gauges["waiting"] >= min(self.fault.concurrency, 2):
+                break
+            time.sleep(0.1)
+        else:
+            self.revert()
+            raise InputError(
+                f"tool.saturate on {self.target}: the tool server shows no calls in flight "
+                f"({gauges}) {READY_TIMEOUT:g}s after the flood started"
+            )
+        return {
+            "applied_at": time.time(),
+            "tool_server": self.base,
+            "tool": self.target,
+            "concurrency": self.fault.concurrency,
+            "agent": self.fault.agent,
+            "helper_pid": self.helper.pid,
+            "tool_inflight": gauges["inflight"],
+            "tool_waiting": gauges["waiting"],
+        }
+
+    def revert(self) -> dict[str, Any]:
+        outcome = revert_entry(self.ledger_entry())
+        if self.helper is not None:
+            self.helper.wait(timeout=30)
+        stats: dict[str, Any] = {}
+        if self.stats_path.exists():
+            stats = json.loads(self.stats_path.read_text())
+        return {**outcome, "finished_at": time.time(), "flood": stats}
+
+
+def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Stop the flood's helper (it writes its figures and exits); harmless when gone."""
+    try:
+        stopped = stop_helper(entry.get("pid"), entry.get("starttime"))
+    except TimeoutError:
+        raise RevertError(f"the flood helper (pid {entry.get('pid')}) did not exit") from None
+    return {"method": "flood stopped" if stopped else "nothing running"}
+
+
+# -- the helper process ---------------------------------------------------------------------
+
+
+async def _flood(spec: dict[str, Any]) -> None:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from drills.checks import percentile
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    started_at = time.time()
+    ready = asyncio.Event()
+    connected = 0
+
+    async def worker() -> None:
+        nonlocal connected
+        headers = {"x-agent-id": spec["agent"]}
+        first = True
+        while not stop.is_set():
+            try:
+                async with (
+                    httpx2.AsyncClient(headers=headers, timeout=spec["call_timeout"]) as http,
+                    Client(streamable_http_client(spec["url"], http_client=http)) as client,
+                ):
+                    if first:
+                        first = False
+                        connected += 1
+                        if connected >= spec["concurrency"]:
+                            ready.set()
+                    while not stop.is_set():
+                        began = time.monotonic()
+                        try:
+                            result = await client.call_tool(
+                                spec["tool"],
+                                spec["arguments"],
+                                read_timeout_seconds=spec["call_timeout"],
+                            )
+                            outcome = "error" if result.is_error else "ok"
+                        except Exception as exc:
+                            outcome = type(exc).__name__
+                            raise
+                        finally:
+                            latencies.append(time.monotonic() - began)
+                            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            except Exception:
+                if first:
+                    first = False
+                    connected += 1
+                    if connected >= spec["concurrency"]:
+                        ready.set()
+                await asyncio.sleep(0.05)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(spec["concurrency"])]
+    await asyncio.wait_for(ready.wait(), READY_TIMEOUT)
+    print("flooding", flush=True)
+    await stop.wait()
+    ended = time.time()
+    stats = {
+        "started_at": started_at,
+        "ended_at": ended,
+        "calls": len(latencies),
+        "outcomes": outcomes,
+        "calls_per_second": round(len(latencies) / max(ended - started_at, 1e-9), 2),
+        "latency_p50": percentile(latencies, 50) if latencies else None,
+        "latency_p95": percentile(latencies, 95) if latencies else None,
+        "latency_max": max(latencies) if latencies else None,
+        "in_flight_abandoned": len(tasks),
+    }
+    tmp = Path(spec["stats"] + ".tmp")
+    tmp.write_text(json.dumps(stats))
+    tmp.rename(spec["stats"])
+    # The flood ends now: closing 'concurrency' sessions politely would take as long as the
+    # queue the flood built. The calls in flight are abandoned; the server sees them hang up.
+    os._exit(0)
+
+
+REGISTRY["tool.saturate"] = ToolSaturate
+
+if __name__ == "__main__":
+    asyncio.run(_flood(json.loads(sys.argv[1])))
