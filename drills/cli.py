@@ -132,6 +132,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     lint.add_argument("--json", action="store_true", help="print findings as JSON")
 
+    probe = commands.add_parser(
+        "probe",
+        help="run the retrieval recall probe once: recall@k and latency of the standard queries",
+    )
+    probe.add_argument("what", choices=["retrieval"])
+    probe.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="the embedded stack's state (default: $DRILLS_STATE_DIR or the usual place)",
+    )
+    probe.add_argument("--stack-config", help="an attached stack's config file (instead)")
+    probe.add_argument("--queries", type=Path, help="standard queries YAML (default: the shipped)")
+    probe.add_argument("--direct", action="store_true", help="bypass the Toxiproxy proxies")
+    probe.add_argument("--min-recall", type=float, default=0.8, help="exit 1 below this recall")
+    probe.add_argument("--json", action="store_true")
+
     val = commands.add_parser("validate", help="check scenario files; touches nothing")
     val.add_argument("scenarios", type=Path, nargs="+")
 
@@ -241,6 +258,8 @@ def _run(args: argparse.Namespace) -> int:
         return _run_drill(args)
     if args.command == "gate":
         return _gate(args)
+    if args.command == "probe":
+        return _probe(args)
     if args.command == "lint":
         return _lint(args)
     if args.command == "gameday":
@@ -389,6 +408,43 @@ def _gameday(args: argparse.Namespace) -> int:
     print(f"verdict: {journal['verdict']}")
     print(f"report: {day_dir / 'index.html'}")
     return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from drills.retrieval import RecallProbe, load_queries
+    from stack.config import load_stack_config
+    from stack.state import default_state_dir
+
+    source = args.stack_config or str((args.state_dir or default_state_dir()) / "stack.yaml")
+    if not args.stack_config and not Path(source).exists():
+        raise InputError(
+            f"{source}: no running embedded stack there; pass --state-dir or --stack-config"
+        )
+    try:
+        probe = RecallProbe(
+            load_stack_config(source), load_queries(args.queries), direct=args.direct
+        )
+    except ValueError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    result = probe.run()
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        from drills.checks import percentile
+
+        lat = result.latencies
+        print(
+            f"recall@{probe.queries.k} {result.recall:.3f} over {result.queries} queries, "
+            f"{result.errors} failed; latency p50 "
+            + (
+                f"{percentile(lat, 50) * 1000:.0f}ms p99 {percentile(lat, 99) * 1000:.0f}ms"
+                if lat
+                else "n/a"
+            )
+        )
+        for miss in result.misses:
+            print(f"  miss: {miss}")
+    return EXIT_OK if result.recall >= args.min_recall else EXIT_FAILED
 
 
 def _lint(args: argparse.Namespace) -> int:

@@ -134,7 +134,7 @@ def clean_snapshots(config: StackConfig) -> list[Proxy]:
     host = config.host
     return [
         Proxy(u.name, f"{host}:{u.listen_port}", f"{host}:{u.upstream_port}", True)
-        for u in config.upstreams
+        for u in [*config.upstreams, *config.rag_hops]
     ]
 
 

@@ -225,7 +225,14 @@ def test_bad_plans_and_answers_are_located(tmp_path: Path) -> None:
 
 def test_the_shipped_plan_loads_with_its_rehearsal_answers() -> None:
     plan, _, drills = load_plan(ROOT / "scenarios" / "gameday-quarterly.yaml")
-    assert [s.drill for s in plan.steps if s.drill] and drills
+    # The seed's four quarterly drills, every one of them a drill (none left to do by hand).
+    assert [s.drill for s in plan.steps if s.drill] == [
+        "inference-latency.yaml",
+        "gpu-pod-loss.yaml",
+        "vector-db-outage.yaml",
+        "tool-saturation.yaml",
+    ]
+    assert len(drills) == 4
     result = subprocess.run(
         drills_cli(
             "gameday",

@@ -41,7 +41,7 @@ from stack.config import BreakerPolicy, HopRetryPolicy, StackConfig
 from stack.gateway.breaker import Breaker, BreakerState
 from stack.gateway.metrics import BREAKER_STATE_VALUE, GatewayMetrics
 from stack.gateway.retry import RetryBudget, full_jitter_backoff
-from stack.rag.clients import Hit, HopFailure, TritonEmbedder, make_store
+from stack.rag.clients import Hit, HopFailure, TritonEmbedder, first_leaf, make_store
 from stack.state import write_json
 
 __all__ = ["AgentPath", "HopPolicy", "RagPath", "plan_steps"]
@@ -49,7 +49,16 @@ __all__ = ["AgentPath", "HopPolicy", "RagPath", "plan_steps"]
 logger = logging.getLogger("stack.gateway.rag")
 
 T = TypeVar("T")
-RETRYABLE = {"timeout", "connect", "transport", "http_429", "http_502", "http_503", "http_504"}
+RETRYABLE = {
+    "timeout",
+    "connect",
+    "transport",
+    "busy",
+    "http_429",
+    "http_502",
+    "http_503",
+    "http_504",
+}
 TASK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -320,16 +329,16 @@ class AgentPath:
             ):
                 result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
         except* MCPError as group:
-            error = group.exceptions[0]
+            error = first_leaf(group)
             assert isinstance(error, MCPError)
-            reason = "denied" if error.code == -32003 else "mcp_error"
+            reason = {-32003: "denied", -32004: "busy"}.get(error.code, "mcp_error")
             raise HopFailure(f"{self.hop}:{tool}", reason, error.message) from None
         except* (httpx2.TimeoutException, TimeoutError):
             raise HopFailure(f"{self.hop}:{tool}", "timeout") from None
         except* httpx2.ConnectError:
             raise HopFailure(f"{self.hop}:{tool}", "connect") from None
         except* (httpx2.HTTPError, OSError) as group:
-            raise HopFailure(f"{self.hop}:{tool}", "transport", str(group.exceptions[0])) from None
+            raise HopFailure(f"{self.hop}:{tool}", "transport", str(first_leaf(group))) from None
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content)
             raise HopFailure(f"{self.hop}:{tool}", "http_503", text[:200])

@@ -25,10 +25,19 @@ __all__ = [
     "QdrantStore",
     "TritonEmbedder",
     "VectorStore",
+    "first_leaf",
     "make_store",
 ]
 
 TRITON_MODEL = "minilm"
+
+
+def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf of an exception group (the MCP client nests its task groups)."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 class HopFailure(Exception):

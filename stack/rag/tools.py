@@ -12,7 +12,8 @@ Tools (official MCP Python SDK, ``MCPServer``):
 Every call goes through one interception layer (``Interceptor``, an SDK server middleware) that:
 checks the calling agent (header ``x-agent-id``) may use the tool (``rag.tools.agents``);
 bounds how many calls of each tool run at once (``rag.tools.capacity``; the rest wait, as on a
-backend's pool); and appends an audit record to ``audit.jsonl``: who, parameters, outcome,
+backend's pool, at most ``rag.tools.max_wait``, then are refused as busy); and appends an
+audit record to ``audit.jsonl``: who, parameters, outcome,
 result (truncated), duration, time queued, trace id (from ``traceparent``). Counters of the
 same events are served at ``/metrics``; ``/health`` answers when the server is up.
 
@@ -56,6 +57,7 @@ __all__ = ["Interceptor", "ToolServer", "build_server", "main"]
 logger = logging.getLogger("stack.rag.tools")
 
 PERMISSION_DENIED = -32003
+TOOL_BUSY = -32004
 REPORT_TABLES = {
     "incidents": ("id", "opened", "service", "severity", "summary"),
     "drill_results": ("drill", "run_at", "verdict", "failed_checks"),
@@ -111,9 +113,11 @@ class Interceptor:
         capacity: dict[str, int],
         audit_path: Path,
         metrics: Metrics,
+        max_wait: float = 1.0,
     ) -> None:
         self.agents = {agent: set(tools) for agent, tools in agents.items()}
         self.capacity = capacity
+        self.max_wait = max_wait
         self.limits: dict[str, asyncio.Semaphore] = {}
         self.audit_path = audit_path
         self.metrics = metrics
@@ -157,16 +161,23 @@ class Interceptor:
             raise MCPError(PERMISSION_DENIED, f"permission denied: {record['reason']}")
         limit = self._limit(tool)
         self.metrics.waiting.labels(tool).inc()
-        outcome, result = "error", None
+        outcome, result, queued = "error", None, 0.0
         try:
-            async with limit:
+            try:
+                await asyncio.wait_for(limit.acquire(), self.max_wait)
+            except TimeoutError:
+                outcome = "busy"
+                result = f"{tool} is saturated: no capacity within {self.max_wait:g}s"
+                raise MCPError(TOOL_BUSY, f"tool busy: {result}") from None
+            finally:
                 queued = time.monotonic() - started
                 self.metrics.waiting.labels(tool).dec()
-                self.metrics.inflight.labels(tool).inc()
-                try:
-                    answer = await call_next(ctx)
-                finally:
-                    self.metrics.inflight.labels(tool).dec()
+            self.metrics.inflight.labels(tool).inc()
+            try:
+                answer = await call_next(ctx)
+            finally:
+                self.metrics.inflight.labels(tool).dec()
+                limit.release()
             data = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else answer
             outcome = "error" if isinstance(data, dict) and data.get("isError") else "ok"
             result = json.dumps(data, default=str)[:300]
@@ -175,12 +186,10 @@ class Interceptor:
             outcome = "cancelled"
             raise
         except Exception as exc:
-            result = f"{type(exc).__name__}: {exc}"[:300]
+            if outcome != "busy":
+                result = f"{type(exc).__name__}: {exc}"[:300]
             raise
         finally:
-            if "queued" not in locals():
-                queued = time.monotonic() - started
-                self.metrics.waiting.labels(tool).dec()
             duration = time.monotonic() - started
             record.update(outcome=outcome, duration=duration, queued=queued, result=result)
             self.metrics.calls.labels(tool, agent, outcome).inc()
@@ -279,7 +288,11 @@ def build_server(stack: StackConfig, state_dir: Path) -> tuple[MCPServer, ToolSe
     tools = ToolServer(stack, state_dir)
     metrics = Metrics()
     interceptor = Interceptor(
-        stack.rag.tools.agents, stack.rag.tools.capacity, tools.dir / "audit.jsonl", metrics
+        stack.rag.tools.agents,
+        stack.rag.tools.capacity,
+        tools.dir / "audit.jsonl",
+        metrics,
+        stack.rag.tools.max_wait,
     )
     server = MCPServer("drills-tools", version="1", middleware=[interceptor])
 
