@@ -231,6 +231,9 @@ def lint_config(
             f"set max_concurrency to at most {engine_slots} and let max_queue hold the rest",
         )
 
+    if config.rag is not None:
+        _lint_paths(config, add)
+
     if client_timeout is not None and client_timeout < t.request:
         add(
             "error",
@@ -250,3 +253,89 @@ def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Fi
 
     config = load_stack_config(path)  # names the shipped profiles when ``path`` is neither
     return lint_config(config, load_yaml(profile_path(str(path))), client_timeout)
+
+
+def _lint_paths(config: Any, add: Any) -> None:
+    """The RAG and agent paths: each hop call bounded, budgeted, backed off and behind a
+    breaker; a degraded answer; hop timeouts that fit inside the path's request timeout."""
+    gw = config.gateway
+    rag, agent = gw.rag, gw.agent
+    paths = (
+        (
+            "rag",
+            rag,
+            "no_context_text",
+            "a retrieval failure becomes an error instead of an answer that says it has no context",
+            "set no_context_text to what users read when the knowledge base is unreachable",
+        ),
+        (
+            "agent",
+            agent,
+            "graceful_text",
+            "a saturated tool or an open breaker becomes an error instead of the agent's "
+            "graceful answer",
+            "set graceful_text to what users read when a tool is overloaded",
+        ),
+    )
+    for name, policy, text_field, text_problem, text_fix in paths:
+        base = ("gateway", name)
+        retries = policy.retries
+        attempts = retries.max_attempts
+        if attempts is None:
+            add(
+                "error",
+                "hop-retries-bounded",
+                (*base, "retries", "max_attempts"),
+                f"{name} hop calls retry without bound: a failing hop gets every request's "
+                "calls until the deadline",
+                "set max_attempts (2)",
+            )
+        if retries.budget is None:
+            add(
+                "error",
+                "hop-retries-budgeted",
+                (*base, "retries", "budget"),
+                f"{name} hop calls have no retry budget: under a fault each request multiplies "
+                "its calls on the hop (retry amplification)",
+                "set budget: {ratio: 0.2, min_retries: 3, window: 10s}",
+            )
+        if (attempts is None or attempts > 1) and retries.backoff_max <= 0:
+            add(
+                "error",
+                "hop-retries-back-off",
+                (*base, "retries", "backoff_max"),
+                f"{name} hop retries have no backoff: they land at once on a struggling hop",
+                "set backoff_base (50ms) and backoff_max (500ms)",
+            )
+        if policy.breaker is None:
+            add(
+                "error",
+                "hop-breakers-present",
+                (*base, "breaker"),
+                f"no breakers on the {name} hops: a dead or saturated hop keeps receiving "
+                "every request's calls",
+                "set breaker: {failure_threshold: 3, reset_timeout: 5s}",
+            )
+        if getattr(policy, text_field) is None:
+            add("error", "hop-degraded-path", (*base, text_field), text_problem, text_fix)
+        tries = attempts if attempts is not None else 1
+        if name == "rag":
+            hop_time = tries * (rag.timeouts.embed + rag.timeouts.retrieve)
+            what = f"{tries} attempt(s) x (embed {_d(rag.timeouts.embed)} + retrieve " + (
+                f"{_d(rag.timeouts.retrieve)})"
+            )
+        else:
+            hop_time = tries * agent.timeouts.tool_call
+            what = f"{tries} attempt(s) x tool_call {_d(agent.timeouts.tool_call)}"
+        backoffs = max(tries - 1, 0) * retries.backoff_max
+        request = policy.timeouts.request
+        if hop_time + backoffs >= request:
+            add(
+                "error",
+                "hop-timeouts-within-request",
+                (*base, "timeouts", "request"),
+                f"{what} + backoff {_d(backoffs)} = {_d(hop_time + backoffs)} does not fit in "
+                f"the {name} request timeout ({_d(request)}): one slow hop uses the whole "
+                "request, and the degraded answer is never reached in time",
+                "shorten the hop timeouts (near the hop's p99) or raise request",
+            )

@@ -70,7 +70,7 @@ def test_gate_fails_on_the_unsound_policy_naming_the_checks(
     out = result.stdout
     assert "FAILED      gate-latency" in out
     assert "FAIL fallback_rate during fault: observed 0.000, expected > 0.5" in out
-    assert "FAIL stack_lint: observed 8 error(s), 1 warning(s)" in out
+    assert "FAIL stack_lint: observed 18 error(s), 1 warning(s)" in out
     assert "runbook: ../../scenarios/runbooks/llm-latency.md#fallback" in out
     root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()
     failed = {c.get("name") for c in root.iter("testcase") if c.find("failure") is not None}

@@ -35,7 +35,17 @@ def test_the_unsound_profile_is_caught_on_every_contradiction() -> None:
         "breakers-present": "error",
         "degraded-path": "error",
         "queue-at-gateway": "warning",
+        # The RAG and agent paths (each rule once for gateway.rag and once for gateway.agent).
+        "hop-retries-budgeted": "error",
+        "hop-retries-back-off": "error",
+        "hop-breakers-present": "error",
+        "hop-degraded-path": "error",
+        "hop-timeouts-within-request": "error",
     }
+    hop_fields = sorted(f.field for f in findings if f.rule.startswith("hop-"))
+    assert len(hop_fields) == 10
+    assert "gateway.rag.no_context_text" in hop_fields
+    assert "gateway.agent.graceful_text" in hop_fields
     # Each finding names file, line, field, the values and the fix.
     text = {f.rule: str(f) for f in findings}
     unsound = str(PROFILES / "unsound.yaml")
@@ -95,7 +105,7 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     ok = subprocess.run(drills_cli("lint", "sound"), capture_output=True, text=True)
     assert ok.returncode == 0 and "0 error(s)" in ok.stdout
     bad = subprocess.run(drills_cli("lint", "unsound"), capture_output=True, text=True)
-    assert bad.returncode == 1 and "8 error(s), 1 warning(s)" in bad.stdout
+    assert bad.returncode == 1 and "18 error(s), 1 warning(s)" in bad.stdout
     assert "[retries-budgeted]" in bad.stdout
     missing = subprocess.run(
         drills_cli("lint", str(tmp_path / "nope.yaml")), capture_output=True, text=True
@@ -118,7 +128,7 @@ def test_stack_lint_check_in_a_drill_fails_on_unsound_and_passes_on_sound() -> N
         return evaluate(ev, [check])[0]
 
     unsound = result([f.as_json() for f in lint_stack("unsound")])
-    assert not unsound.passed and unsound.observed == 8
+    assert not unsound.passed and unsound.observed == 18
     assert "[request-covers-tiers]" in unsound.reason
     assert result([f.as_json() for f in lint_stack("sound")]).passed
     unknown = result(None)
@@ -127,6 +137,6 @@ def test_stack_lint_check_in_a_drill_fails_on_unsound_and_passes_on_sound() -> N
         Evaluation(
             scenario, [], {}, (0.0, 1.0), [], [], [f.as_json() for f in lint_stack("unsound")]
         ),
-        [Check(check="stack_lint", below=9)],
+        [Check(check="stack_lint", below=19)],
     )[0]
     assert tolerant.passed
