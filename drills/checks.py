@@ -511,7 +511,15 @@ def _breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
 def _retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
     """Mean recall@k of the recall probe's runs in the window."""
     start, end = ev.window(check.during)
-    values = [v for _, v in _series(ev, "retrieval", "drills_retrieval_recall", {}, start, end)]
+    values = [
+        sample["value"]
+        for probe in ev.probes
+        if probe["source"] == "retrieval"
+        and start <= probe["time"]
+        and probe.get("ended", probe["time"]) <= end
+        for sample in probe["samples"]
+        if sample["name"] == "drills_retrieval_recall"
+    ]
     if not values:
         status = ev.retrieval or {"available": False, "reason": "the probe did not run"}
         reason = (

@@ -81,7 +81,12 @@ class Prober:
                     {"time": started, "source": source, "error": str(exc)[:200], "samples": []}
                 )
                 continue
-            self.results.append({"time": started, "source": source, "samples": samples})
+            result: dict[str, Any] = {"time": started, "source": source, "samples": samples}
+            if callable(url):
+                # A probe that runs queries takes a while: a check uses only runs that lie
+                # entirely inside its window (one straddling the fault measured both sides).
+                result["ended"] = time.time()
+            self.results.append(result)
         if self.gpu is not None and self.gpu["available"]:
             from injectors.gpu import GpuUnavailable, gpu_samples
 

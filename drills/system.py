@@ -6,8 +6,16 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["group_members", "pid_alive", "start_time", "state_home", "stop_helper"]
+__all__ = [
+    "group_members",
+    "pid_alive",
+    "revert_helper_entry",
+    "start_time",
+    "state_home",
+    "stop_helper",
+]
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -78,3 +86,17 @@ def stop_helper(pid: int | None, started: int | None, *, timeout: float = 20.0) 
             raise TimeoutError(f"pid {pid} did not exit {timeout:g}s after SIGTERM")
         time.sleep(0.05)
     return True
+
+
+def revert_helper_entry(
+    entry: dict[str, Any], what: str, stopped: str, gone: str
+) -> dict[str, Any]:
+    """Revert a fault held by a helper process from its ledger entry (``pid``, ``starttime``):
+    stop it; ``RevertError`` naming ``what`` if it will not go."""
+    from drills.errors import RevertError
+
+    try:
+        done = stop_helper(entry.get("pid"), entry.get("starttime"))
+    except TimeoutError:
+        raise RevertError(f"{what} (pid {entry.get('pid')}) did not exit") from None
+    return {"method": stopped if done else gone}

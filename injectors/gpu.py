@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Any
 
-from drills.errors import DrillsError, RevertError
-from drills.system import start_time, stop_helper
+from drills.errors import DrillsError
+from drills.system import revert_helper_entry, start_time
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["GpuUnavailable", "MemoryPressure", "gpu_samples", "nvml_status", "revert_entry"]
@@ -145,11 +145,9 @@ class MemoryPressure:
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Stop the holder process (its exit frees the memory); harmless when it is gone."""
-    try:
-        stopped = stop_helper(entry.get("pid"), entry.get("starttime"))
-    except TimeoutError:
-        raise RevertError(f"the GPU memory holder (pid {entry.get('pid')}) did not exit") from None
-    return {"method": "released (holder stopped)" if stopped else "nothing held"}
+    return revert_helper_entry(
+        entry, "the GPU memory holder", "released (holder stopped)", "nothing held"
+    )
 
 
 def _hold(device: int, size: int) -> None:

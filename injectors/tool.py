@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from drills.errors import InputError, RevertError
-from drills.system import start_time, stop_helper
+from drills.errors import InputError
+from drills.system import revert_helper_entry, start_time
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["ToolSaturate", "revert_entry"]
@@ -148,11 +148,7 @@ class ToolSaturate:
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Stop the flood's helper (it writes its figures and exits); harmless when gone."""
-    try:
-        stopped = stop_helper(entry.get("pid"), entry.get("starttime"))
-    except TimeoutError:
-        raise RevertError(f"the flood helper (pid {entry.get('pid')}) did not exit") from None
-    return {"method": "flood stopped" if stopped else "nothing running"}
+    return revert_helper_entry(entry, "the flood helper", "flood stopped", "nothing running")
 
 
 # -- the helper process ---------------------------------------------------------------------

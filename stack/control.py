@@ -26,7 +26,12 @@ from drills.errors import StackError, StackNotRunning, ToxiproxyError
 from drills.system import group_members, pid_alive
 from drills.toxiproxy import ToxiproxyClient
 from stack.config import StackConfig, load_stack_config, profile_path
-from stack.provision import ensure_engine_python, ensure_model, ensure_toxiproxy
+from stack.provision import (
+    ensure_engine_python,
+    ensure_model,
+    ensure_rag_python,
+    ensure_toxiproxy,
+)
 from stack.state import StackState, default_state_dir, read_events, read_state
 
 __all__ = ["ComponentStatus", "StackStatus", "down", "status", "up"]
@@ -116,6 +121,19 @@ def _ports(config: StackConfig) -> list[tuple[str, int]]:
         ports += [(f"replicas[{i}].port", r.port), (f"replicas[{i}].proxy_port", r.proxy_port)]
     if config.backup is not None:
         ports.append(("backup.proxy_port", config.backup.proxy_port))
+    rag = config.rag
+    if rag is not None:
+        ports += [
+            ("rag.embedder.port", rag.embedder.port),
+            ("rag.embedder.grpc_port", rag.embedder.grpc_port),
+            ("rag.embedder.metrics_port", rag.embedder.metrics_port),
+            ("rag.embedder.proxy_port", rag.embedder.proxy_port),
+            ("rag.vector_db.proxy_port", rag.vector_db.proxy_port),
+            ("rag.tools.port", rag.tools.port),
+            ("rag.tools.proxy_port", rag.tools.proxy_port),
+        ]
+        if rag.vector_db.kind == "chroma":  # a Qdrant is the user's, already listening
+            ports.append(("rag.vector_db.port", rag.vector_db.port))
     return ports
 
 
@@ -274,6 +292,8 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
         python = ensure_engine_python()
         if config.engine.model == "smollm2-135m-instruct":
             ensure_model(python)
+    if config.rag is not None:
+        ensure_rag_python()
     for stale in ("state.json", "events.jsonl"):
         (state_dir / stale).unlink(missing_ok=True)
     shutil.copyfile(source, state_dir / "stack.yaml")

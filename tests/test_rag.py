@@ -213,7 +213,7 @@ def test_agent_runs_its_plan_within_the_step_limit(
 def test_agent_answers_gracefully_when_a_tool_is_saturated(
     stack: RunningStack, toxi: ToxiproxyClient, gateway_factory: Callable[..., LiveGateway]
 ) -> None:
-    gw = gateway_factory(agent={"timeouts": {"tool_call": 0.5, "request": 10}})
+    gw = gateway_factory(agent={"timeouts": {"tool_call": "500ms", "request": "10s"}})
     toxi.add_toxic("tools", Toxic("slow", "latency", attributes={"latency": 2000}))
     answers = [
         gw.client.post("/v1/agent/run", json={"task": "Find the GPU runbook"}) for _ in range(3)
@@ -239,6 +239,8 @@ def gateway_process(
     folder for agent checkpoints); killed at the end."""
     data = yaml.safe_load(stack.config_path.read_text())
     data["gateway"]["port"] = free_port()
+    # Room for slow tool calls (a latency toxic makes each of its HTTP exchanges slow).
+    data["gateway"]["agent"]["timeouts"] = {"tool_call": "10s", "request": "60s"}
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump(data))
     url = f"http://127.0.0.1:{data['gateway']['port']}"
@@ -283,7 +285,7 @@ def test_a_crashed_agent_task_resumes_where_it_stopped(
     tmp_path: Path,
 ) -> None:
     proc, url = gateway_process()
-    # Each tool call takes ~1 s (under the 1.5 s tool timeout): room to crash mid-task.
+    # Each tool call takes a few seconds (its exchanges each wait 1 s): room to crash mid-task.
     toxi.add_toxic("tools", Toxic("slow", "latency", attributes={"latency": 1000}))
     task_id = f"resume-{time.time_ns()}"
     task = "Find the runbook for a lost GPU replica, check past incidents and notify on-call"
@@ -295,7 +297,7 @@ def test_a_crashed_agent_task_resumes_where_it_stopped(
 
     thread = threading.Thread(target=first_try)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while not (checkpoint.exists() and json.loads(checkpoint.read_text())["steps"]):
         assert time.monotonic() < deadline, "no step was checkpointed"
         time.sleep(0.05)

@@ -17,4 +17,4 @@ def test_importing_one_family_first_does_not_hide_the_others() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.split() == ["docker", "gpu", "kubernetes", "process", "toxiproxy"]
+    assert out.split() == ["docker", "gpu", "kubernetes", "process", "tool", "toxiproxy"]

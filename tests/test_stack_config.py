@@ -55,8 +55,9 @@ def test_duration_without_unit_is_refused(tmp_path: Path) -> None:
 
 
 def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+    # The first reset_timeout is the model breakers' (the RAG and agent paths have their own).
     text = SOUND.replace("max_queue: 16", "max_queue: -1").replace(
-        "reset_timeout: 5s", "reset_timeout: soon"
+        "reset_timeout: 5s", "reset_timeout: soon", 1
     )
     found = problems(load_stack_config, write(tmp_path, text))
     assert len(found) == 2
@@ -132,3 +133,17 @@ def test_cli_usage_error_is_exit_2() -> None:
     )
     assert result.returncode == 2
     assert "invalid choice: 'sideways'" in result.stderr
+
+
+def test_rag_section_problems_are_located(tmp_path: Path) -> None:
+    text = SOUND.replace("proxy_port: 18310}", "proxy_port: 18080}").replace(
+        "probe: [search_kb]", "probe: [search_kb, drop_tables]"
+    )
+    found = problems(load_stack_config, write(tmp_path, text))
+    assert any(
+        "rag.embedder.proxy_port" in p and "port 18080 is already used by gateway.port" in p
+        for p in found
+    ), found
+    assert any(
+        "rag.tools.agents.probe" in p and "unknown tool" in p and "drop_tables" in p for p in found
+    ), found

@@ -37,6 +37,25 @@ def _is_fallback(headers: Any, text: str) -> bool:
     return bool(FALLBACK.get("contains")) and FALLBACK["contains"] in text
 
 
+def _new_record(trace_id: str, endpoint: str) -> dict[str, Any]:
+    """One request's line, before it is sent."""
+    return {
+        "start": time.time(),
+        "ttft": None,
+        "itl": [],
+        "e2e": None,
+        "status": 0,
+        "error": None,
+        "tokens": 0,
+        "fallback": False,
+        "route": None,
+        "upstream": None,
+        "trace_id": trace_id,
+        "text": "",
+        "endpoint": endpoint,
+    }
+
+
 class LLMUser(User):
     wait_time = constant(CONFIG["wait"])
 
@@ -63,21 +82,7 @@ class LLMUser(User):
         body = {key: prompt}
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
-        record: dict[str, Any] = {
-            "start": time.time(),
-            "ttft": None,
-            "itl": [],
-            "e2e": None,
-            "status": 0,
-            "error": None,
-            "tokens": 0,
-            "fallback": False,
-            "route": None,
-            "upstream": None,
-            "trace_id": trace_id,
-            "text": "",
-            "endpoint": endpoint,
-        }
+        record = _new_record(trace_id, endpoint)
         started = time.perf_counter()
         try:
             response = self.session.post(
@@ -122,20 +127,7 @@ class LLMUser(User):
             body["model"] = CONFIG["model"]
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
-        record: dict[str, Any] = {
-            "start": time.time(),
-            "ttft": None,
-            "itl": [],
-            "e2e": None,
-            "status": 0,
-            "error": None,
-            "tokens": 0,
-            "fallback": False,
-            "route": None,
-            "upstream": None,
-            "trace_id": trace_id,
-            "text": "",
-        }
+        record = _new_record(trace_id, "chat")
         started = time.perf_counter()
         text: list[str] = []
         try:

@@ -178,18 +178,9 @@ class Gateway:
             stream = routed.stream
             if stream is None:
                 return fallback, "fallback" if fallback else "error"
-            chunks = list(stream.chunks)
-            failure: str | None = "client_gone"
-            try:
-                async for chunk in stream.rest():
-                    chunks.append(chunk)
-                failure = None
-            except (RetryableFailure, DeadlineReached) as exc:
-                failure = exc.reason if isinstance(exc, RetryableFailure) else "deadline"
-            finally:
-                await stream.close()
-                self.router.finish(stream, failure)
+            chunks, failure = await self._drain(stream)
             if failure is not None:
+                self.metrics.midstream_failures.labels(stream.upstream.name, failure).inc()
                 return fallback, "fallback" if fallback else "error"
             text = "".join(
                 (choice.get("delta") or {}).get("content") or ""
@@ -461,12 +452,9 @@ class Gateway:
 
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
-    async def _collect(
-        self, routed: Routed, trace: TraceContext, started: float, model: str
-    ) -> Response:
-        stream = routed.stream
-        assert stream is not None
-        route = routed.route
+    async def _drain(self, stream: AttemptStream) -> tuple[list[dict[str, Any]], str | None]:
+        """Every chunk of a non-streamed call, and why it broke (``None`` if it did not);
+        the upstream is released and its breaker told either way."""
         chunks = list(stream.chunks)
         failure: str | None = "client_gone"
         try:
@@ -478,6 +466,15 @@ class Gateway:
         finally:
             await stream.close()
             self.router.finish(stream, failure)
+        return chunks, failure
+
+    async def _collect(
+        self, routed: Routed, trace: TraceContext, started: float, model: str
+    ) -> Response:
+        stream = routed.stream
+        assert stream is not None
+        route = routed.route
+        chunks, failure = await self._drain(stream)
         if failure is not None:
             # The call broke after its first token; its tokens are lost, so degrade.
             self.metrics.midstream_failures.labels(stream.upstream.name, failure).inc()

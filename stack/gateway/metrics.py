@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["BREAKER_STATE_VALUE", "GatewayMetrics"]
+
+logger = logging.getLogger("stack.gateway")
 
 BREAKER_STATE_VALUE = {"closed": 0, "half-open": 1, "open": 2}
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
@@ -120,3 +125,11 @@ class GatewayMetrics:
             ["hop", "outcome"],
             registry=r,
         )
+
+    def breaker_changed(self, name: str, old: str, new: str) -> None:
+        """A breaker's state change: its gauge, a transition count, and when it opened."""
+        self.breaker_state.labels(name).set(BREAKER_STATE_VALUE[new])
+        self.breaker_transitions.labels(name, new).inc()
+        if new == "open":
+            self.breaker_opened_at.labels(name).set(time.time())
+        logger.warning("breaker %s: %s -> %s", name, old, new)

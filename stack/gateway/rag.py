@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 
 from stack.config import BreakerPolicy, HopRetryPolicy, StackConfig
 from stack.gateway.breaker import Breaker, BreakerState
-from stack.gateway.metrics import BREAKER_STATE_VALUE, GatewayMetrics
+from stack.gateway.metrics import GatewayMetrics
 from stack.gateway.retry import RetryBudget, full_jitter_backoff
 from stack.rag.clients import Hit, HopFailure, TritonEmbedder, first_leaf, make_store
 from stack.state import write_json
@@ -98,11 +98,7 @@ class HopPolicy:
         return self.breakers[hop]
 
     def _changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
-        self.metrics.breaker_state.labels(name).set(BREAKER_STATE_VALUE[new])
-        self.metrics.breaker_transitions.labels(name, new).inc()
-        if new == "open":
-            self.metrics.breaker_opened_at.labels(name).set(time.time())
-        logger.warning("breaker %s: %s -> %s", name, old, new)
+        self.metrics.breaker_changed(name, old, new)
 
     async def call(
         self,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from stack.config import GatewayConfig, Upstream
 from stack.gateway.breaker import Breaker, BreakerState
-from stack.gateway.metrics import BREAKER_STATE_VALUE, GatewayMetrics
+from stack.gateway.metrics import GatewayMetrics
 from stack.gateway.retry import RetryBudget, full_jitter_backoff
 from stack.gateway.upstream import (
     AttemptStream,
@@ -108,11 +108,7 @@ class Router:
                         breaker.record_failure()
 
     def _breaker_changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
-        self.metrics.breaker_state.labels(name).set(BREAKER_STATE_VALUE[new])
-        self.metrics.breaker_transitions.labels(name, new).inc()
-        if new == "open":
-            self.metrics.breaker_opened_at.labels(name).set(time.time())
-        logger.warning("breaker %s: %s -> %s", name, old, new)
+        self.metrics.breaker_changed(name, old, new)
 
     def breaker_header(self) -> str:
         return ", ".join(f"{name}={b.state}" for name, b in self.breakers.items())
