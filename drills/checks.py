@@ -535,7 +535,8 @@ def _retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
     """Upstream attempts per user request in the window, counted where they arrive.
 
     Tool hops (``tools`` or ``tools:<tool>``) are counted by the tool server's interception
-    layer (every call the gateway's agent made, retries included, whatever the gateway says).
+    layer as they arrive (every call the gateway's agent made, retries and calls it gave up on
+    included, whatever the gateway says).
     Other hops (Toxiproxy 2.12 counts bytes, not requests) use the gateway's attempt counter."""
     start, end = ev.window(check.during)
     target = check.target or ""
@@ -548,7 +549,7 @@ def _retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
         attempts = _counter_increase(
             ev,
             ev.tools_hop,
-            "drills_tools_calls_total",
+            "drills_tools_received_total",
             lambda labels: (
                 labels.get("agent") == ev.agent_id and (tool is None or labels.get("tool") == tool)
             ),

@@ -220,9 +220,9 @@ class ToolServerConfig(_Model):
         default_factory=lambda: {"search_kb": 2, "read_report_table": 2, "send_message": 2}
     )
     """Calls each tool serves at once; more wait their turn (like a backend's pool)."""
-    max_wait: Duration = 1.0
+    max_wait: Duration = 5.0
     """How long a call waits for its tool's capacity before it is refused as busy (load
-    shedding: a saturated tool answers "busy" fast rather than queueing without end)."""
+    shedding: a saturated tool answers "busy" rather than queueing without end)."""
     agents: dict[str, list[str]] = Field(
         default_factory=lambda: {
             "gateway-agent": ["search_kb", "read_report_table", "send_message"],

@@ -89,7 +89,7 @@ def test_retry_amplification_counts_attempts_where_they_arrive() -> None:
     records = [rag(10 + i, True) for i in range(5)]
     # The tool server's counter for the gateway's agent, before and inside the window; the
     # flood's calls (another agent) do not count.
-    calls = "drills_tools_calls_total"
+    calls = "drills_tools_received_total"
     probes = [
         scrape(9, "tools", (calls, 4, {"agent": "gateway-agent", "tool": "search_kb"})),
         scrape(

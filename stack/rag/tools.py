@@ -91,6 +91,12 @@ class Metrics:
             ["tool", "agent", "outcome"],
             registry=r,
         )
+        self.received = Counter(
+            "drills_tools_received",
+            "Tool calls received, counted on arrival (before any wait), by tool and agent",
+            ["tool", "agent"],
+            registry=r,
+        )
         self.seconds = Histogram(
             "drills_tools_call_seconds",
             "Tool call duration at the server, queueing included",
@@ -113,7 +119,7 @@ class Interceptor:
         capacity: dict[str, int],
         audit_path: Path,
         metrics: Metrics,
-        max_wait: float = 1.0,
+        max_wait: float = 5.0,
     ) -> None:
         self.agents = {agent: set(tools) for agent, tools in agents.items()}
         self.capacity = capacity
@@ -153,6 +159,7 @@ class Interceptor:
             "request_id": ctx.request_id,
         }
         started = time.monotonic()
+        self.metrics.received.labels(tool, agent).inc()
         if tool not in self.agents.get(agent, set()):
             record.update(outcome="denied", duration=0.0, queued=0.0, result=None)
             record["reason"] = f"agent {agent!r} may not call {tool!r}"
