@@ -119,8 +119,7 @@ def test_tool_saturation_fails_on_the_unsound_policy_naming_the_checks(
         "retry_amplification tools:search_kb during fault",
         "breaker_opens tools:search_kb during fault",
     } <= failed, failed
-    assert (
-        "counted by the tool server"
-        in checks["retry_amplification tools:search_kb during fault"]["reason"]
-    )
+    amplification = checks["retry_amplification tools:search_kb during fault"]
+    assert "counted by the tool server" in amplification["reason"]
+    assert amplification["observed"] >= 1.5
     assert checks["error_rate during baseline"]["passed"]
