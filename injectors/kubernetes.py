@@ -75,6 +75,8 @@ class KubernetesInjector:
         self.seed = f"{context.run_id}-{index}"
         self.applied_at: float | None = None
         self.victims: list[dict[str, Any]] = []
+        self.existing: set[str] = set()
+        """Pods of the selection when the fault was applied (none of them is a replacement)."""
         self.previous: dict[str, Any] = {}
 
     # -- where, and what ---------------------------------------------------------------------
@@ -169,6 +171,11 @@ class KubernetesInjector:
         with self._client() as kube:
             self.applied_at = time.time()
             if self.kind == "kubernetes.delete_pod":
+                # Every pod of the selection that exists now is not a replacement, however
+                # close its creation time (Kubernetes stamps whole seconds).
+                self.existing = {
+                    p["metadata"]["uid"] for p in kube.pods(self.fault.namespace, self.fault.target)
+                }
                 chosen = self._selection(kube)
                 for pod in chosen:
                     self.victims.append(_brief(pod))
@@ -230,7 +237,7 @@ class KubernetesInjector:
             return {}
         with self._client() as kube:
             pods = kube.pods(self.fault.namespace, self.fault.target)
-        old = {v["uid"] for v in self.victims}
+        old = {v["uid"] for v in self.victims} | self.existing
         fresh = sorted(
             (
                 _brief(p)

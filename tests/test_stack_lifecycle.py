@@ -35,8 +35,30 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
     status = json.loads(result.stdout)
     assert status["healthy"] and status["stack"] == "sound"
     comps = {c["name"]: c for c in status["components"]}
-    assert set(comps) == {"toxiproxy", "vllm-0", "vllm-1", "gateway", "backup"}
+    assert set(comps) == {
+        "toxiproxy",
+        "vllm-0",
+        "vllm-1",
+        "triton",
+        "vectordb",
+        "tools",
+        "gateway",
+        "backup",
+    }
     cfg = stack.config
+    rag = cfg.rag
+    assert rag is not None
+    for name, kind, port, proxy_port in (
+        ("triton", "embedder", rag.embedder.port, rag.embedder.proxy_port),
+        ("vectordb", "vectordb", rag.vector_db.port, rag.vector_db.proxy_port),
+        ("tools", "tools", rag.tools.port, rag.tools.proxy_port),
+    ):
+        comp = comps[name]
+        assert comp["healthy"] and comp["kind"] == kind, comp
+        assert comp["endpoint"] == f"http://127.0.0.1:{port}"
+        assert comp["proxy"] == name
+        assert comp["proxy_listen"] == f"127.0.0.1:{proxy_port}"
+    assert comps["triton"]["metrics_url"] == f"http://127.0.0.1:{rag.embedder.metrics_port}/metrics"
     for replica in cfg.replicas:
         comp = comps[replica.name]
         assert comp["healthy"] and comp["kind"] == "engine"
@@ -76,14 +98,24 @@ def test_up_again_is_harmless_and_another_config_is_refused(
 def test_stack_gateway_answers_through_the_proxies(stack: RunningStack) -> None:
     # Drills earlier in the session may have opened breakers; the gateway's own probes close
     # them within a reset timeout once the hops are healthy, with no traffic needed.
+    # (The RAG and agent hops' breakers close on their next call after the reset timeout.)
+    models = ("vllm-0", "vllm-1", "backup")
     deadline = time.monotonic() + stack.config.gateway.breaker.reset_timeout + 10  # type: ignore[union-attr]
     breakers: dict[str, str] = {}
     while time.monotonic() < deadline:
         breakers = httpx.get(f"{stack.gateway_url}/health").json()["breakers"]
-        if set(breakers.values()) == {"closed"}:
+        if all(breakers[m] == "closed" for m in models):
             break
         time.sleep(0.2)
-    assert breakers == {"vllm-0": "closed", "vllm-1": "closed", "backup": "closed"}
+    assert {m: breakers[m] for m in models} == dict.fromkeys(models, "closed")
+    assert set(breakers) == {
+        *models,
+        "triton",
+        "vectordb",
+        "tools:search_kb",
+        "tools:read_report_table",
+        "tools:send_message",
+    }
     response = httpx.post(
         f"{stack.gateway_url}/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4},
