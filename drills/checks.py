@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from drills.common.units import format_duration, parse_duration
 from drills.scenario import Check, Scenario
-from drills.units import format_duration, parse_duration
 
 __all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile"]
 

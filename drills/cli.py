@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drills import __version__
-from drills.errors import ConfigError, DrillsError, InputError, StackNotRunning
+from drills.common.errors import ConfigError, DrillsError, InputError, StackNotRunning
 from drills.safety import KillSwitch
 
 if TYPE_CHECKING:
+    from drills.common.yamlsrc import YamlDocument
     from drills.runner import RunOptions
     from drills.scenario import Scenario
-    from drills.yamlsrc import YamlDocument
 
 __all__ = ["main"]
 
@@ -448,8 +448,8 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
+    from drills.common.units import parse_duration
     from drills.lint import lint_stack
-    from drills.units import parse_duration
 
     client = None
     if args.client_timeout:

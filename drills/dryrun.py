@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drills.common.units import format_duration
+from drills.common.yamlsrc import YamlDocument
 from drills.runner import RunOptions, attach_of, attach_urls
 from drills.safety import (
     SafetyPolicy,
@@ -17,8 +19,6 @@ from drills.safety import (
     kubernetes_scope,
 )
 from drills.scenario import Scenario
-from drills.units import format_duration
-from drills.yamlsrc import YamlDocument
 
 __all__ = ["describe", "dry_run"]
 

@@ -30,13 +30,13 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drills.errors import ConfigError
-from drills.redact import redact
+from drills.common.errors import ConfigError
+from drills.common.redact import redact
+from drills.common.units import Duration
+from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.runner import Runner, RunOptions, attach_of, attach_urls
 from drills.safety import KillSwitch, abort_request, check_scenario, register_run, runs_dir
 from drills.scenario import Attach, Scenario, load_scenario
-from drills.units import Duration
-from drills.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 
 __all__ = [
     "Answer",
@@ -597,7 +597,7 @@ def add_note(text: str, by: str | None = None) -> list[dict[str, Any]]:
             continue
         if not str(data.get("what", "")).startswith("gameday "):
             continue
-        from drills.system import pid_alive
+        from drills.common.system import pid_alive
 
         if not pid_alive(int(data.get("pid", 0))):
             continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drills.errors import ConfigError, InputError
+from drills.common.errors import ConfigError, InputError
 from drills.runner import RunOptions, attach_of, attach_urls
 from drills.safety import SafetyPolicy, SafetyViolation, check_scenario
 from drills.scenario import Scenario, load_scenario

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from drills.system import pid_alive, state_home
+from drills.common.system import pid_alive, state_home
 
 __all__ = ["Ledger", "default_ledger_path"]
 

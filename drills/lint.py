@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from drills.units import format_duration
-from drills.yamlsrc import YamlDocument, format_path, load_yaml
+from drills.common.units import format_duration
+from drills.common.yamlsrc import YamlDocument, format_path, load_yaml
 
 __all__ = ["Finding", "lint_config", "lint_stack"]
 

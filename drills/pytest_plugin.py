@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from drills.errors import DrillsError, InputError
+from drills.common.errors import DrillsError, InputError
+from drills.common.yamlsrc import YamlDocument
 from drills.runner import Runner, RunOptions
 from drills.safety import load_policy
 from drills.scenario import Attach, Scenario, load_scenario
-from drills.yamlsrc import YamlDocument
 
 __all__ = ["DrillFailed", "DrillOutcome", "DrillSession"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from drills.yamlsrc import load_model
+from drills.common.yamlsrc import load_model
 from stack.config import StackConfig
 from stack.rag.clients import HopFailure, TritonEmbedder, VectorStore, make_store
 

@@ -30,11 +30,13 @@ from typing import Any
 import httpx
 
 from drills.checks import CheckResult, Evaluation, evaluate, is_error, percentile
-from drills.errors import ConfigError, RevertError, StackError
+from drills.common.errors import ConfigError, RevertError, StackError
+from drills.common.redact import redact, redact_url
+from drills.common.toxiproxy import ToxiproxyClient
+from drills.common.yamlsrc import YamlDocument
 from drills.ledger import Ledger
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.probes import Prober
-from drills.redact import redact, redact_url
 from drills.safety import (
     KillSwitch,
     SafetyPolicy,
@@ -46,8 +48,6 @@ from drills.safety import (
     register_run,
 )
 from drills.scenario import Attach, Scenario, check_targets
-from drills.toxiproxy import ToxiproxyClient
-from drills.yamlsrc import YamlDocument
 from injectors import InjectionContext, Injector, build
 
 __all__ = ["Interrupted", "RunOptions", "Runner", "StackEndpoints", "resolve_stack"]

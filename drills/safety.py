@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from drills.errors import ConfigError, InputError
-from drills.system import pid_alive, state_home
-from drills.units import Duration, format_duration
-from drills.yamlsrc import YamlDocument, format_path, load_model
+from drills.common.errors import ConfigError, InputError
+from drills.common.system import pid_alive, state_home
+from drills.common.units import Duration, format_duration
+from drills.common.yamlsrc import YamlDocument, format_path, load_model
 
 __all__ = [
     "FaultWindow",
@@ -289,7 +289,7 @@ def kubernetes_scope(
 
 
 def _redact_url(url: str) -> str:
-    from drills.redact import redact_url
+    from drills.common.redact import redact_url
 
     return redact_url(url)
 

@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drills.errors import ConfigError
-from drills.units import Duration, Size
-from drills.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
+from drills.common.errors import ConfigError
+from drills.common.units import Duration, Size
+from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 
 __all__ = [
     "CHECKS",

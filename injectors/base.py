@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
-from drills.errors import InputError
+from drills.common.errors import InputError
 
 __all__ = ["REGISTRY", "InjectionContext", "Injector", "Observer", "build", "revert_entry"]
 

@@ -15,8 +15,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from drills.docker import DockerClient, DockerError
-from drills.errors import DrillsError, RevertError
+from drills.common.docker import DockerClient, DockerError
+from drills.common.errors import DrillsError, RevertError
 from drills.safety import SafetyViolation
 from injectors.base import REGISTRY, InjectionContext
 

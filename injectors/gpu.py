@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Any
 
-from drills.errors import DrillsError
-from drills.system import revert_helper_entry, start_time
+from drills.common.errors import DrillsError
+from drills.common.system import revert_helper_entry, start_time
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["GpuUnavailable", "MemoryPressure", "gpu_samples", "nvml_status", "revert_entry"]

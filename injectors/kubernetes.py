@@ -17,8 +17,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from drills.errors import DrillsError, RevertError
-from drills.kube import KubeClient, KubeError, load_kubeconfig
+from drills.common.errors import DrillsError, RevertError
+from drills.common.kube import KubeClient, KubeError, load_kubeconfig
 from drills.safety import SafetyViolation
 from injectors.base import REGISTRY, InjectionContext
 

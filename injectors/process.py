@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drills.errors import DrillsError, RevertError
-from drills.system import group_members
+from drills.common.errors import DrillsError, RevertError
+from drills.common.system import group_members
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["ProcessInjector", "revert_entry"]

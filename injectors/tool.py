@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from drills.errors import InputError
-from drills.system import revert_helper_entry, start_time
+from drills.common.errors import InputError
+from drills.common.system import revert_helper_entry, start_time
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["ToolSaturate", "revert_entry"]

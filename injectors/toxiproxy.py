@@ -3,7 +3,7 @@
 Toxics are named ``drills-<run id>-<n>`` so that what a crashed run left behind can be told
 apart from anyone else's. Evidence is the proxy as Toxiproxy reports it after the change; the
 revert of a toxic falls back to recreating the proxy when Toxiproxy's own removal hangs (see
-``drills.toxiproxy``).
+``drills.common.toxiproxy``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from drills.errors import RevertError, ToxiproxyError
+from drills.common.errors import RevertError, ToxiproxyError
+from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from drills.scenario import DownFault
-from drills.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from injectors.base import REGISTRY, InjectionContext
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from drills.units import Duration
-from drills.yamlsrc import load_model
+from drills.common.units import Duration
+from drills.common.yamlsrc import load_model
 
 __all__ = [
     "AdmissionPolicy",
@@ -513,7 +513,7 @@ def load_stack_config(name_or_path: str | Path) -> StackConfig:
     path = profile_path(str(name_or_path))
     if not path.exists():
         available = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
-        from drills.errors import ConfigError
+        from drills.common.errors import ConfigError
 
         raise ConfigError(
             [

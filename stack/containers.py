@@ -16,8 +16,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from drills.docker import DockerClient, DockerError
-from drills.errors import StackError
+from drills.common.docker import DockerClient, DockerError
+from drills.common.errors import StackError
 
 __all__ = ["IMAGE", "ensure_image", "remove_container", "start_engine_container"]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 
-from drills.errors import StackError, StackNotRunning, ToxiproxyError
-from drills.system import group_members, pid_alive
-from drills.toxiproxy import ToxiproxyClient
+from drills.common.errors import StackError, StackNotRunning, ToxiproxyError
+from drills.common.system import group_members, pid_alive
+from drills.common.toxiproxy import ToxiproxyClient
 from stack.config import StackConfig, load_stack_config, profile_path
 from stack.provision import (
     ensure_engine_python,

@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from drills.errors import ProvisionError, StackError
+from drills.common.errors import ProvisionError, StackError
 from stack.provision import MARKER, _find_go, _fresh, _locked, _run, cache_root
 
 __all__ = [

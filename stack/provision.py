@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from drills.errors import ProvisionError
+from drills.common.errors import ProvisionError
 
 __all__ = [
     "TOXIPROXY_VERSION",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drills.system import state_home
+from drills.common.system import state_home
 
 __all__ = ["Event", "StackState", "default_state_dir", "read_events", "read_state", "write_json"]
 

@@ -467,7 +467,7 @@ class Supervisor:
     def _watch_container(self, run: Running) -> bool:
         """Follow the container's main process: a new pid is a (re)start by Docker, a lost one
         an exit; returns whether anything changed."""
-        from drills.docker import DockerClient, DockerError
+        from drills.common.docker import DockerClient, DockerError
 
         assert run.spec.container is not None and run.container_id is not None
         try:

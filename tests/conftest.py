@@ -22,8 +22,8 @@ import pytest
 import uvicorn
 import yaml
 
-from drills.system import pid_alive
-from drills.toxiproxy import Proxy, ToxiproxyClient
+from drills.common.system import pid_alive
+from drills.common.toxiproxy import Proxy, ToxiproxyClient
 from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.docker import DockerClient
+from drills.common.docker import DockerClient
 from stack.provision import _find_go
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tinyhttp"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from drills.errors import ConfigError
+from drills.common.errors import ConfigError
 
 
 def problems(load: Callable[[Path], Any], path: Path) -> list[str]:

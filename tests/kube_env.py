@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.kube import KubeClient, load_kubeconfig
+from drills.common.kube import KubeClient, load_kubeconfig
 from stack.kube import KwokCluster, ensure_kube_binaries
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "stack" / "deploy" / "kubernetes"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from drills.toxiproxy import Toxic, ToxiproxyClient
+from drills.common.toxiproxy import Toxic, ToxiproxyClient
 from tests.conftest import LiveGateway
 
 pytestmark = pytest.mark.stack

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drills.errors import ConfigError
+from drills.common.errors import ConfigError
 from drills.scenario import load_scenario
 from tests.conftest import RunningStack, drills_cli, isolated_env
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drills.errors import ConfigError
+from drills.common.errors import ConfigError
 from drills.safety import SafetyViolation
 from drills.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build

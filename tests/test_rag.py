@@ -26,10 +26,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from drills.common.system import pid_alive
+from drills.common.toxiproxy import Toxic, ToxiproxyClient
 from drills.probes import parse_samples
 from drills.retrieval import RecallProbe
-from drills.system import pid_alive
-from drills.toxiproxy import Toxic, ToxiproxyClient
 from injectors import InjectionContext, build
 from injectors.tool import revert_entry
 from stack.rag.clients import first_leaf

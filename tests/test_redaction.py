@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.redact import redact, redact_url, sensitive_key
+from drills.common.redact import redact, redact_url, sensitive_key
 from tests.conftest import RunningStack, drills_cli, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent

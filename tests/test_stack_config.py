@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.errors import ConfigError
+from drills.common.errors import ConfigError
 from stack.config import load_stack_config
 from tests.helpers import problems
 

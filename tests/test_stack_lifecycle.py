@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drills.errors import StackError
+from drills.common.errors import StackError
 from stack import control
 from stack.state import read_events, read_state
 from tests.conftest import RunningStack, relocated_profile

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from drills.system import pid_alive
+from drills.common.system import pid_alive
 from stack import control
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from drills.errors import ToxiproxyError
-from drills.toxiproxy import Proxy, Toxic, ToxiproxyClient
+from drills.common.errors import ToxiproxyError
+from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from stack.provision import ensure_toxiproxy
 from tests.conftest import free_port
 

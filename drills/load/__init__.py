@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drills.errors import DrillsError
-from drills.redact import redact_url
+from drills.common.errors import DrillsError
+from drills.common.redact import redact_url
 from drills.scenario import FallbackRule, LoadConfig, expand_env
 
 __all__ = ["LoadProcess", "RecordReader", "load_prompts"]

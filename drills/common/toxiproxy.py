@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import httpx
 
-from drills.errors import ToxiproxyError
+from drills.common.errors import ToxiproxyError
 
 __all__ = ["TOXIC_TYPES", "Proxy", "Toxic", "ToxiproxyClient"]
 

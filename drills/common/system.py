@@ -93,7 +93,7 @@ def revert_helper_entry(
 ) -> dict[str, Any]:
     """Revert a fault held by a helper process from its ledger entry (``pid``, ``starttime``):
     stop it; ``RevertError`` naming ``what`` if it will not go."""
-    from drills.errors import RevertError
+    from drills.common.errors import RevertError
 
     try:
         done = stop_helper(entry.get("pid"), entry.get("starttime"))

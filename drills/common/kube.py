@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import yaml
 
-from drills.errors import DrillsError, InputError
+from drills.common.errors import DrillsError, InputError
 
 __all__ = ["KubeClient", "KubeConfig", "KubeError", "load_kubeconfig"]
 

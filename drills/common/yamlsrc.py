@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from drills.errors import ConfigError
+from drills.common.errors import ConfigError
 
 __all__ = ["Located", "YamlDocument", "format_path", "load_model", "load_yaml", "parse_model"]
 

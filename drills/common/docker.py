@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from drills.errors import DrillsError
+from drills.common.errors import DrillsError
 
 __all__ = ["DockerClient", "DockerError", "docker_host"]
 
