@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drills import __version__
-from drills.common.errors import ConfigError, DrillsError, InputError, StackNotRunning
-from drills.safety import KillSwitch
+from drills.common.errors import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    ConfigError,
+    DrillsError,
+    InputError,
+    KillSwitch,
+    StackNotRunning,
+)
 
 if TYPE_CHECKING:
     from drills.common.yamlsrc import YamlDocument
@@ -25,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK = 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -506,15 +513,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         return _run(args)
-    except InputError as exc:
-        print(f"drills: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except DrillsError as exc:
-        print(f"drills: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     except KillSwitch as exc:
         print(f"drills: aborted ({exc}) before any fault was applied", file=sys.stderr)
-        return EXIT_FAILED
+        return exc.exit_code
+    except DrillsError as exc:
+        print(f"drills: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("drills: interrupted", file=sys.stderr)
         return 130

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from drills.common.errors import SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
 from drills.runner import RunOptions, attach_of, attach_urls
 from drills.safety import (
     SafetyPolicy,
-    SafetyViolation,
     check_scenario,
     fault_windows,
     kubernetes_scope,

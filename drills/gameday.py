@@ -30,12 +30,12 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drills.common.errors import ConfigError
+from drills.common.errors import ConfigError, KillSwitch, SafetyViolation
 from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.runner import Runner, RunOptions, attach_of, attach_urls
-from drills.safety import KillSwitch, abort_request, check_scenario, register_run, runs_dir
+from drills.safety import abort_request, check_scenario, register_run, runs_dir
 from drills.scenario import Attach, Scenario, load_scenario
 
 __all__ = [
@@ -297,7 +297,7 @@ class GameDay:
 
     def check(self) -> None:
         """Everything the day will run, against the safety policy, before anything starts."""
-        from drills.safety import SafetyViolation, load_policy
+        from drills.safety import load_policy
 
         policy = self.options.safety or load_policy()
         problems: list[str] = []

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drills.common.errors import ConfigError, InputError
+from drills.common.errors import ConfigError, InputError, SafetyViolation
 from drills.runner import RunOptions, attach_of, attach_urls
-from drills.safety import SafetyPolicy, SafetyViolation, check_scenario
+from drills.safety import SafetyPolicy, check_scenario
 from drills.scenario import Scenario, load_scenario
 
 __all__ = ["GateResult", "collect_scenarios", "run_gate", "validate_all"]

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from drills.common.errors import DrillsError, InputError
+from drills.common.errors import DrillFailed, DrillsError, InputError
 from drills.common.yamlsrc import YamlDocument
 from drills.runner import Runner, RunOptions
 from drills.safety import load_policy
@@ -209,10 +209,6 @@ def drills_run(drills_session: DrillSession) -> Callable[[Path | str], DrillOutc
 
 
 # -- collection -----------------------------------------------------------------------------
-
-
-class DrillFailed(Exception):
-    """A check of a drill failed; the message is the whole story (no traceback is shown)."""
 
 
 class DrillFile(pytest.File):

@@ -21,7 +21,6 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -30,15 +29,15 @@ from typing import Any
 import httpx
 
 from drills.checks import CheckResult, Evaluation, evaluate, is_error, percentile
-from drills.common.errors import ConfigError, RevertError, StackError
+from drills.common.errors import ConfigError, Interrupted, KillSwitch, StackError
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
+from drills.faults import FaultLifecycle, FaultRun, parallel
 from drills.ledger import Ledger
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.probes import Prober
 from drills.safety import (
-    KillSwitch,
     SafetyPolicy,
     abort_request,
     check_scenario,
@@ -48,15 +47,11 @@ from drills.safety import (
     register_run,
 )
 from drills.scenario import Attach, Scenario, check_targets
-from injectors import InjectionContext, Injector, build
+from injectors import InjectionContext, Observer, Preflight, build
 
 __all__ = ["Interrupted", "RunOptions", "Runner", "StackEndpoints", "resolve_stack"]
 
 logger = logging.getLogger(__name__)
-
-
-class Interrupted(Exception):
-    """The run was stopped by Ctrl-C, SIGTERM or ``drills abort``."""
 
 
 @dataclass(frozen=True)
@@ -125,43 +120,6 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     )
 
 
-@dataclass
-class FaultRun:
-    index: int
-    phase: str
-    offset: float
-    end: float
-    injector: Injector
-    spec: dict[str, Any]
-    applied_at: float | None = None
-    reverted_at: float | None = None
-    evidence: dict[str, Any] | None = None
-    revert: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    """What the injector observed after the run (a killed process's replacement, ...)."""
-    preflight: dict[str, Any] | None = None
-    """What the injector said it would hit, read before anything was applied."""
-    error: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "phase": self.phase,
-            "kind": self.injector.kind,
-            "target": self.injector.target,
-            "spec": self.spec,
-            "scheduled_offset": self.offset,
-            "scheduled_end": self.end,
-            "applied_at": self.applied_at,
-            "reverted_at": self.reverted_at,
-            "evidence": self.evidence,
-            "revert": self.revert,
-            "after": self.after,
-            "preflight": self.preflight,
-            "error": self.error,
-        }
-
-
 class Runner:
     def __init__(self, scenario: Scenario, doc: YamlDocument | None, options: RunOptions) -> None:
         self.scenario = scenario
@@ -169,11 +127,16 @@ class Runner:
         self.options = options
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
         self.timeline: list[dict[str, Any]] = []
-        self.revert_errors: list[str] = []
+        self.lifecycle: FaultLifecycle | None = None
         self.t0 = 0.0
         self._stop_reason: str | None = None
         self.policy = options.safety or SafetyPolicy()
         self.retrieval_status: dict[str, Any] | None = None
+
+    @property
+    def revert_errors(self) -> list[str]:
+        """One line per fault whose revert failed (its ledger entry is kept)."""
+        return self.lifecycle.revert_errors if self.lifecycle else []
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -257,7 +220,7 @@ class Runner:
         # Faults that can say what they would hit (Kubernetes) check it now, reading only:
         # a refusal here leaves nothing applied.
         for planned in faults:
-            if hasattr(planned.injector, "preflight"):
+            if isinstance(planned.injector, Preflight):
                 try:
                     planned.preflight = planned.injector.preflight()
                 except Exception:
@@ -265,6 +228,7 @@ class Runner:
                     raise
         ledger = Ledger(self.options.ledger)
         leftovers = ledger.sweep()
+        lifecycle = self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
         for item in leftovers:
             self._say(
                 f"removed a fault left by an earlier run: {item['kind']} on "
@@ -300,12 +264,12 @@ class Runner:
                     load.start()
                     stack.callback(load.stop)
                     for planned in faults:
-                        stack.callback(self._revert, planned, ledger)
+                        stack.callback(lifecycle.revert, planned)
                     self._warmup(reader, live)
                     self.t0 = time.time()
                     for name, (start, end) in self._phase_offsets().items():
                         phases[name] = (self.t0 + start, self.t0 + end)
-                    abort = self._timeline(faults, ledger, reader, live)
+                    abort = self._timeline(faults, lifecycle, reader, live)
                     if abort is not None:
                         status = "aborted"
             except Interrupted as exc:
@@ -324,7 +288,7 @@ class Runner:
             finally:
                 shared.close()
         for ran in faults:
-            if ran.applied_at is not None and hasattr(ran.injector, "observe"):
+            if ran.applied_at is not None and isinstance(ran.injector, Observer):
                 try:
                     ran.after = ran.injector.observe()
                 except Exception as exc:  # the run's evidence is incomplete, not lost
@@ -526,55 +490,10 @@ class Runner:
             offset += phase.duration
         return result
 
-    def _apply(self, fault: FaultRun, ledger: Ledger) -> None:
-        key = f"{self.run_id}-{fault.index}"
-        ledger.record(key, fault.injector.ledger_entry())
-        try:
-            fault.evidence = fault.injector.apply()
-            fault.applied_at = fault.evidence.get("applied_at", time.time())
-        except Exception as exc:
-            fault.error = f"apply failed: {exc}"
-            self._event(
-                "fault_failed",
-                fault=fault.index,
-                kind=fault.injector.kind,
-                target=fault.injector.target,
-                error=str(exc),
-            )
-            raise
-        finally:
-            ledger.record(key, fault.injector.ledger_entry())
-        self._event(
-            "fault_applied",
-            fault=fault.index,
-            kind=fault.injector.kind,
-            target=fault.injector.target,
-        )
-
-    def _revert(self, fault: FaultRun, ledger: Ledger) -> None:
-        if fault.reverted_at is not None or (fault.applied_at is None and fault.error is None):
-            return
-        try:
-            fault.revert = fault.injector.revert()
-            fault.reverted_at = fault.revert.get("finished_at", time.time())
-        except RevertError as exc:
-            fault.error = f"revert failed: {exc}"
-            self.revert_errors.append(str(exc))
-            self._event("revert_failed", fault=fault.index, error=str(exc))
-            return
-        ledger.forget(f"{self.run_id}-{fault.index}")
-        self._event(
-            "fault_reverted",
-            fault=fault.index,
-            kind=fault.injector.kind,
-            target=fault.injector.target,
-            method=(fault.revert or {}).get("method"),
-        )
-
     def _timeline(
         self,
         faults: list[FaultRun],
-        ledger: Ledger,
+        lifecycle: FaultLifecycle,
         reader: RecordReader,
         live: list[dict[str, Any]],
     ) -> dict[str, Any] | None:
@@ -597,9 +516,7 @@ class Runner:
             due = [
                 f for f in faults if f.applied_at is None and f.error is None and now >= f.offset
             ]
-            for fault, error in zip(
-                due, self._parallel(lambda f: self._apply(f, ledger), due), strict=True
-            ):
+            for fault, error in zip(due, parallel(lifecycle.apply, due), strict=True):
                 if error is not None:
                     # A fault that did not land makes the drill meaningless: stop it.
                     detail = {
@@ -614,7 +531,7 @@ class Runner:
                 for f in faults
                 if f.applied_at is not None and f.reverted_at is None and now >= f.end
             ]
-            self._parallel(lambda f: self._revert(f, ledger), ending)
+            parallel(lifecycle.revert, ending)
             if now - last_tick >= 1.0:
                 last_tick = now
                 live.extend(reader.read_new())
@@ -629,26 +546,6 @@ class Runner:
             ]
             upcoming += [min(total, last_tick + 1.0)]
             time.sleep(min(max(min(upcoming) - (time.time() - self.t0), 0.001), 0.05))
-
-    @staticmethod
-    def _parallel(
-        action: Callable[[FaultRun], None], faults: list[FaultRun]
-    ) -> list[Exception | None]:
-        """Run ``action`` on every fault at once (faults due together land together)."""
-        if not faults:
-            return []
-
-        def one(fault: FaultRun) -> Exception | None:
-            try:
-                action(fault)
-            except Exception as exc:
-                return exc
-            return None
-
-        if len(faults) == 1:
-            return [one(faults[0])]
-        with ThreadPoolExecutor(max_workers=len(faults)) as pool:
-            return list(pool.map(one, faults))
 
     def _progress(
         self, phase: str, now: float, window: tuple[float, float], live: list[dict[str, Any]]

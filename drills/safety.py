@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from drills.common.errors import ConfigError, InputError
+from drills.common.errors import ConfigError, InputError, KillSwitch, SafetyViolation
 from drills.common.system import pid_alive, state_home
 from drills.common.units import Duration, format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_model
@@ -41,7 +41,6 @@ from drills.common.yamlsrc import YamlDocument, format_path, load_model
 __all__ = [
     "FaultWindow",
     "SafetyPolicy",
-    "SafetyViolation",
     "active_runs",
     "check_scenario",
     "fault_windows",
@@ -54,16 +53,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LOOPBACK = ["127.0.0.1", "localhost", "::1"]
-
-
-class SafetyViolation(InputError):
-    """A drill would exceed what the safety policy allows; nothing was applied."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            "refused by the safety policy (nothing was applied):\n  " + "\n  ".join(problems)
-        )
 
 
 class SafetyPolicy(BaseModel):
@@ -301,10 +290,6 @@ def runs_dir() -> Path:
     path = state_home() / "runs"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-class KillSwitch(Exception):
-    """``drills abort`` asked this run to stop (raised in the run's main thread)."""
 
 
 @contextmanager

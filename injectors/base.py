@@ -1,27 +1,84 @@
-"""The one extension point of fault injection.
+"""The one extension point of fault injection: the ``Injector`` protocol and its registry.
 
-An injector applies one fault and takes it away again. Its contract:
+An injector applies one fault and takes it away again. The runner builds one per scenario fault
+(``build``), from the factory registered for the fault's ``kind``, and drives it like this::
 
-- ``apply()`` changes the target and returns *evidence read back from it* that the fault is in
-  place (a drill never trusts that a call it made had its effect); it raises if the fault did
-  not land, and a selector that matches nothing is such a failure.
-- ``revert()`` restores the target and returns what it did. Reverting twice, or reverting what
-  was never applied, is harmless.
-- ``ledger_entry()`` describes the applied fault well enough for ``sweep`` in a later process to
-  revert it after this one crashed.
+    preflight()      optional (``Preflight``): read what the fault would hit; touch nothing
+    ledger_entry()   written to the ledger before apply, and again after it
+    apply()          at the fault's offset
+    revert()         at the end of its window, and on every way out of the run
+    observe()        optional (``Observer``): after the run, how the target recovered
+
+The contract, for built-in and third-party injectors alike:
+
+``apply() -> Evidence``
+    Changes the target and returns *evidence read back from it* that the fault is in place (a
+    drill never trusts that a call it made had its effect). It raises ``InjectionFailed`` if the
+    fault did not land; a selector that matches nothing is such a failure.
+``revert() -> RevertOutcome``
+    Restores the target and says what it did. Idempotent: reverting twice, or reverting what was
+    never applied, is harmless and says so. It raises ``RevertError`` when the fault could not be
+    removed; the runner records any exception a revert raises, goes on with the other reverts,
+    writes the journal, and keeps the ledger entry for the next sweep.
+``ledger_entry() -> dict``
+    JSON that lets ``revert_entry`` in a later process revert the fault after this one crashed;
+    it has at least ``kind`` and ``target``.
+``preflight() -> dict`` (``Preflight``)
+    What the fault would hit, read without changing anything; raises ``InputError`` (or
+    ``SafetyViolation``) to refuse the drill before any fault is applied.
+``observe() -> dict`` (``Observer``)
+    After the run: the killed target's replacement, when it was ready (``ready_at``), ...
+
+Evidence keys the runner reads (``Evidence``): ``applied_at`` (epoch seconds when the fault
+was seen in place); in a revert outcome, ``finished_at`` and ``method`` (what was done, for a
+person). Everything else in them is the family's own and lands in the journal as is.
+
+The registry: ``BUILTIN`` names every built-in kind once, as ``module:attribute``, imported
+when first used. Third-party packages add kinds through the entry-point group
+``drills.injectors`` (name: the kind, value: the factory); ``register`` adds one at run time
+(tests, notebooks). A factory is called as ``factory(fault, context, index)``; its module may
+define ``revert_entry(entry)`` for the sweep (built-in families do), else the factory may.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from drills.common.errors import InputError
 
-__all__ = ["REGISTRY", "InjectionContext", "Injector", "Observer", "build", "revert_entry"]
+__all__ = [
+    "BUILTIN",
+    "Evidence",
+    "Factory",
+    "InjectionContext",
+    "Injector",
+    "Observer",
+    "Preflight",
+    "RevertOutcome",
+    "build",
+    "factory_for",
+    "known_kinds",
+    "register",
+    "revert_entry",
+]
+
+
+class Evidence(TypedDict, total=False):
+    """What ``apply`` read back. Only ``applied_at`` is read by the runner."""
+
+    applied_at: float
+
+
+class RevertOutcome(TypedDict, total=False):
+    """What ``revert`` did. ``finished_at`` and ``method`` are read by the runner."""
+
+    finished_at: float
+    method: str
 
 
 @dataclass(frozen=True)
@@ -42,7 +99,10 @@ class InjectionContext:
     """Docker faults: the most containers one fault may hit (the safety policy's)."""
 
 
+@runtime_checkable
 class Injector(Protocol):
+    """One fault on one target (module docstring: the contract)."""
+
     kind: str
     target: str
 
@@ -53,61 +113,95 @@ class Injector(Protocol):
     def ledger_entry(self) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class Preflight(Protocol):
+    """An injector that can say what it would hit before anything is applied."""
+
+    def preflight(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class Observer(Protocol):
-    """Optional: an injector that can say, after the run, how the target recovered (the
-    replacement of a killed process, when it was ready again)."""
+    """An injector that can say, after the run, how the target recovered (the replacement of
+    a killed process, when it was ready again)."""
 
     def observe(self) -> dict[str, Any]: ...
 
 
 Factory = Callable[[Any, InjectionContext, int], Injector]
-REGISTRY: dict[str, Factory] = {}
+
+_TOXICS = ("latency", "down", "timeout", "bandwidth", "reset_peer", "slow_close", "slicer")
+BUILTIN: dict[str, str] = {
+    **{f"toxiproxy.{t}": "injectors.toxiproxy:ToxiproxyInjector" for t in _TOXICS},
+    "toxiproxy.limit_data": "injectors.toxiproxy:ToxiproxyInjector",
+    "process.kill": "injectors.process:ProcessInjector",
+    "process.freeze": "injectors.process:ProcessInjector",
+    **{
+        f"docker.{k}": "injectors.docker:DockerInjector"
+        for k in ("kill", "stop", "restart", "pause", "disconnect")
+    },
+    **{
+        f"kubernetes.{k}": "injectors.kubernetes:KubernetesInjector"
+        for k in ("delete_pod", "cordon", "drain", "scale")
+    },
+    "gpu.memory_pressure": "injectors.gpu:MemoryPressure",
+    "tool.saturate": "injectors.tool:ToolSaturate",
+}
+"""Every built-in fault kind and the factory that injects it, in one place."""
+
+_EXTRA: dict[str, Factory] = {}
 
 
-def _load_entry_points() -> None:
-    for entry in entry_points(group="drills.injectors"):
-        REGISTRY.setdefault(entry.name, entry.load())
+def register(kind: str, factory: Factory) -> None:
+    """Add (or replace) the factory for ``kind`` in this process."""
+    _EXTRA[kind] = factory
 
 
-_BUILTIN_FAMILIES = ("docker", "gpu", "kubernetes", "process", "tool", "toxiproxy")
-_LOADED = False
+def _plugins() -> dict[str, Any]:
+    return {e.name: e for e in entry_points(group="drills.injectors")}
 
 
-def _registered() -> None:
-    """Import every built-in family and the entry points, once. (Not keyed on an empty
-    registry: importing one family's module directly registers only that family.)"""
-    global _LOADED
-    if _LOADED:
-        return
-    from importlib import import_module
+def known_kinds() -> list[str]:
+    """Every fault kind that can be injected: built in, registered, and from entry points."""
+    return sorted({*BUILTIN, *_EXTRA, *_plugins()})
 
-    for family in _BUILTIN_FAMILIES:
-        import_module(f"injectors.{family}")
-    _load_entry_points()
-    _LOADED = True
+
+def factory_for(kind: str) -> Factory:
+    """The factory registered for ``kind``; ``InputError`` naming the known kinds if none."""
+    if kind in _EXTRA:
+        return _EXTRA[kind]
+    if kind in BUILTIN:
+        module, _, attribute = BUILTIN[kind].partition(":")
+        factory: Factory = getattr(import_module(module), attribute)
+        return factory
+    plugin = _plugins().get(kind)
+    if plugin is None:
+        raise InputError(f"no injector for fault kind {kind!r}; known: {', '.join(known_kinds())}")
+    loaded: Factory = plugin.load()
+    return loaded
 
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Revert a fault from its ledger entry (written by a run that may have crashed), with the
-    module of its fault family."""
-    from importlib import import_module
-
-    family = str(entry["kind"]).split(".", 1)[0]
-    try:
-        module = import_module(f"injectors.{family}")
-    except ImportError:
-        raise InputError(f"no injector family {family!r} to revert {entry['kind']!r}") from None
-    outcome: dict[str, Any] = module.revert_entry(entry)
+    ``revert_entry`` of its factory's module (or of the factory itself)."""
+    factory = factory_for(str(entry["kind"]))
+    reverter = getattr(import_module(factory.__module__), "revert_entry", None)
+    reverter = getattr(factory, "revert_entry", None) or reverter
+    if reverter is None:
+        raise InputError(
+            f"the injector of {entry['kind']!r} ({factory.__module__}) cannot revert a ledger "
+            "entry: it defines no revert_entry"
+        )
+    outcome: dict[str, Any] = reverter(entry)
     return outcome
 
 
 def build(fault: Any, context: InjectionContext, index: int) -> Injector:
     """The injector for ``fault`` (a scenario fault model), keyed by its ``kind``."""
-    _registered()
-    family = fault.kind.split(".", 1)[0]
-    factory = REGISTRY.get(fault.kind) or REGISTRY.get(family)
-    if factory is None:
+    injector = factory_for(fault.kind)(fault, context, index)
+    if not isinstance(injector, Injector):
         raise InputError(
-            f"no injector for fault kind {fault.kind!r}; known: {', '.join(sorted(REGISTRY))}"
+            f"the factory for {fault.kind!r} returned {type(injector).__name__}, which does not "
+            "satisfy injectors.base.Injector (kind, target, apply, revert, ledger_entry)"
         )
-    return factory(fault, context, index)
+    return injector

@@ -16,15 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from drills.common.docker import DockerClient, DockerError
-from drills.common.errors import DrillsError, RevertError
-from drills.safety import SafetyViolation
-from injectors.base import REGISTRY, InjectionContext
+from drills.common.errors import InjectionFailed, RevertError, SafetyViolation
+from injectors.base import InjectionContext
 
 __all__ = ["DockerInjector", "revert_entry"]
-
-
-class InjectionFailed(DrillsError):
-    """The container fault could not be applied (nothing matched, or the daemon refused)."""
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -243,7 +238,3 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     except DockerError as exc:
         raise RevertError(f"{kind} on {entry['target']}: {exc}") from None
     return {"method": "; ".join(done) or "nothing left to undo"}
-
-
-for _kind in ("docker.kill", "docker.stop", "docker.restart", "docker.pause", "docker.disconnect"):
-    REGISTRY[_kind] = DockerInjector

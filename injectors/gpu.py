@@ -21,7 +21,7 @@ from typing import Any
 
 from drills.common.errors import DrillsError
 from drills.common.system import revert_helper_entry, start_time
-from injectors.base import REGISTRY, InjectionContext
+from injectors.base import InjectionContext
 
 __all__ = ["GpuUnavailable", "MemoryPressure", "gpu_samples", "nvml_status", "revert_entry"]
 
@@ -171,8 +171,6 @@ def _hold(device: int, size: int) -> None:
     print(f"held {size}", flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
-
-REGISTRY["gpu.memory_pressure"] = MemoryPressure
 
 if __name__ == "__main__":
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})

@@ -17,18 +17,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-from drills.common.errors import DrillsError, RevertError
-from drills.common.kube import KubeClient, KubeError, load_kubeconfig
-from drills.safety import SafetyViolation
-from injectors.base import REGISTRY, InjectionContext
+from drills.common.errors import DrillsError, InjectionFailed, RevertError, SafetyViolation
+from drills.common.kube import KubeClient, load_kubeconfig
+from injectors.base import InjectionContext
 
 __all__ = ["KubernetesInjector", "revert_entry"]
 
 GPU = "nvidia.com/gpu"
-
-
-class InjectionFailed(DrillsError):
-    """The Kubernetes fault could not be applied (nothing matched, or the API refused)."""
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -276,14 +271,5 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
                 return {"method": f"uncordoned {entry['target']}"}
             kube.set_scale(entry["namespace"], entry["target"], int(previous["replicas"]))
             return {"method": f"scaled {entry['target']} back to {previous['replicas']}"}
-    except (KubeError, DrillsError) as exc:
+    except DrillsError as exc:
         raise RevertError(f"{kind} on {entry['target']}: {exc}") from None
-
-
-for _kind in (
-    "kubernetes.delete_pod",
-    "kubernetes.cordon",
-    "kubernetes.drain",
-    "kubernetes.scale",
-):
-    REGISTRY[_kind] = KubernetesInjector

@@ -18,15 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drills.common.errors import DrillsError, RevertError
+from drills.common.errors import InjectionFailed, RevertError
 from drills.common.system import group_members
-from injectors.base import REGISTRY, InjectionContext
+from injectors.base import InjectionContext
 
 __all__ = ["ProcessInjector", "revert_entry"]
-
-
-class InjectionFailed(DrillsError):
-    """The fault could not be applied (nothing matched, or the target did not react)."""
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -203,7 +199,3 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
             return {"method": "thawed (SIGCONT)", "state": stat[0] if stat else "gone"}
         time.sleep(0.01)
     raise RevertError(f"{entry['target']} (pid {pid}) is still stopped after SIGCONT")
-
-
-REGISTRY["process.kill"] = ProcessInjector
-REGISTRY["process.freeze"] = ProcessInjector

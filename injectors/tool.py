@@ -26,7 +26,7 @@ import httpx
 
 from drills.common.errors import InputError
 from drills.common.system import revert_helper_entry, start_time
-from injectors.base import REGISTRY, InjectionContext
+from injectors.base import InjectionContext
 
 __all__ = ["ToolSaturate", "revert_entry"]
 
@@ -232,8 +232,6 @@ async def _flood(spec: dict[str, Any]) -> None:
     # queue the flood built. The calls in flight are abandoned; the server sees them hang up.
     os._exit(0)
 
-
-REGISTRY["tool.saturate"] = ToolSaturate
 
 if __name__ == "__main__":
     asyncio.run(_flood(json.loads(sys.argv[1])))

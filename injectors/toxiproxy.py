@@ -17,7 +17,7 @@ from typing import Any
 from drills.common.errors import RevertError, ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from drills.scenario import DownFault
-from injectors.base import REGISTRY, InjectionContext
+from injectors.base import InjectionContext
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]
 
@@ -70,7 +70,7 @@ class ToxiproxyInjector:
             try:
                 before = client.proxy(self.target)
             except ToxiproxyError as exc:
-                if "HTTP 404" not in str(exc):
+                if not exc.not_found:
                     raise
                 raise ToxiproxyError(
                     f"Toxiproxy at {self.url} has no proxy {self.target!r}; it has: "
@@ -148,16 +148,3 @@ def revert_entry(entry: dict[str, Any], shared: ToxiproxyClient | None = None) -
 @contextmanager
 def _borrowed(client: ToxiproxyClient) -> Iterator[ToxiproxyClient]:
     yield client  # not closed: it belongs to the run
-
-
-for _kind in (
-    "latency",
-    "down",
-    "timeout",
-    "bandwidth",
-    "reset_peer",
-    "slow_close",
-    "slicer",
-    "limit_data",
-):
-    REGISTRY[f"toxiproxy.{_kind}"] = ToxiproxyInjector

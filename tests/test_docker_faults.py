@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from drills.common.errors import InjectionFailed, SafetyViolation
 from drills.ledger import Ledger
-from drills.safety import SafetyViolation
 from drills.scenario import DockerFault
 from injectors.base import InjectionContext, build
-from injectors.docker import InjectionFailed
 from tests.docker_env import IMAGE, NETWORK, DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drills.common.errors import ConfigError
-from drills.safety import SafetyViolation
+from drills.common.errors import ConfigError, SafetyViolation
 from drills.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
@@ -110,7 +109,7 @@ def test_safety_refuses_before_any_call_changes_anything(kube: Kube) -> None:
         injector(
             kube, max_pods=1, kind="kubernetes.delete_pod", target="app=vllm", mode="all"
         ).apply()
-    from injectors.kubernetes import InjectionFailed
+    from drills.common.errors import InjectionFailed
 
     with pytest.raises(InjectionFailed, match="matches no pod"):
         injector(kube, kind="kubernetes.delete_pod", target="app=nothing").apply()

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from drills.common.errors import InjectionFailed
 from drills.ledger import Ledger
 from drills.runner import Runner, RunOptions
 from drills.scenario import Attach, ProcessFreezeFault, load_scenario
 from injectors.base import InjectionContext, build
-from injectors.process import InjectionFailed, _stat
+from injectors.process import _stat
 from stack import control
 from stack.config import load_stack_config
 from tests.conftest import LiveGateway, RunningStack

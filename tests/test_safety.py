@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from drills.safety import SafetyPolicy, SafetyViolation, check_scenario, load_policy
+from drills.common.errors import SafetyViolation
+from drills.safety import SafetyPolicy, check_scenario, load_policy
 from drills.scenario import load_scenario
 from tests.conftest import RunningStack, drills_cli, isolated_env
 

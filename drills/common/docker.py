@@ -14,13 +14,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from drills.common.errors import DrillsError
+from drills.common.errors import DockerError
+from drills.common.http import checked_call
 
 __all__ = ["DockerClient", "DockerError", "docker_host"]
-
-
-class DockerError(DrillsError):
-    """The Docker daemon refused or failed a call (or could not be reached)."""
 
 
 def docker_host(explicit: str | None = None) -> str:
@@ -52,17 +49,9 @@ class DockerClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise DockerError(f"Docker at {self.host} is not reachable: {exc}") from None
-        if response.status_code >= 400:
-            try:
-                message = response.json().get("message", response.text)
-            except ValueError:
-                message = response.text
-            raise DockerError(f"{method} {path}: HTTP {response.status_code}: {message}")
-        return response
+        return checked_call(
+            self._http, DockerError, method, path, where=f"Docker at {self.host}", **kwargs
+        )
 
     def containers(
         self, *, name: str | None = None, labels: dict[str, str] | None = None

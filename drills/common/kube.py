@@ -19,13 +19,10 @@ from typing import Any
 import httpx
 import yaml
 
-from drills.common.errors import DrillsError, InputError
+from drills.common.errors import InputError, KubeError
+from drills.common.http import checked_call
 
 __all__ = ["KubeClient", "KubeConfig", "KubeError", "load_kubeconfig"]
-
-
-class KubeError(DrillsError):
-    """The Kubernetes API refused or failed a call (or could not be reached)."""
 
 
 @dataclass(frozen=True)
@@ -110,18 +107,8 @@ class KubeClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise KubeError(
-                f"the Kubernetes API at {self.config.server} is not reachable: {exc}"
-            ) from None
-        if response.status_code >= 400:
-            try:
-                message = response.json().get("message", response.text)
-            except ValueError:
-                message = response.text
-            raise KubeError(f"{method} {path}: HTTP {response.status_code}: {message}")
+        where = f"the Kubernetes API at {self.config.server}"
+        response = checked_call(self._http, KubeError, method, path, where=where, **kwargs)
         data: dict[str, Any] = response.json() if response.content else {}
         return data
 

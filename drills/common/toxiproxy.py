@@ -104,9 +104,16 @@ class ToxiproxyClient:
         try:
             response = self._http.request(method, path, json=json)
         except httpx.HTTPError as exc:
-            raise ToxiproxyError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            raise ToxiproxyError(
+                f"{what}: {type(exc).__name__}: {exc}", method=method, url=self.base_url + path
+            ) from exc
         if response.status_code >= 400:
-            raise ToxiproxyError(f"{what}: HTTP {response.status_code}: {response.text.strip()}")
+            raise ToxiproxyError(
+                f"{what}: HTTP {response.status_code}: {response.text.strip()}",
+                status_code=response.status_code,
+                method=method,
+                url=self.base_url + path,
+            )
         if not response.content:
             return None
         try:
@@ -171,7 +178,7 @@ class ToxiproxyClient:
         try:
             self._call("DELETE", f"/proxies/{name}")
         except ToxiproxyError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.not_found:
                 return False
             raise
         return True
@@ -192,7 +199,7 @@ class ToxiproxyClient:
         try:
             self._call_bounded("DELETE", f"/proxies/{proxy}/toxics/{name}", timeout)
         except ToxiproxyError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.not_found:
                 return "absent"
             if snapshot is None or not _is_stuck(exc):
                 raise
