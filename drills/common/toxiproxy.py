@@ -99,20 +99,32 @@ class ToxiproxyClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, json: Any = None) -> Any:
+    def _call(
+        self, method: str, path: str, json: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """One API call; ``ToxiproxyError`` with the status code (``None``: no answer, and
+        ``stuck`` in its context when a bounded call timed out)."""
         what = f"Toxiproxy {method} {self.base_url}{path}"
+        url = self.base_url + path
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         try:
-            response = self._http.request(method, path, json=json)
+            response = self._http.request(method, path, json=json, **extra)
+        except httpx.TimeoutException as exc:
+            if timeout is None:
+                raise ToxiproxyError(f"{what}: {exc}", method=method, url=url) from exc
+            raise ToxiproxyError(
+                f"{what}: no answer within {timeout:g}s (stuck)", method=method, url=url, stuck=True
+            ) from exc
         except httpx.HTTPError as exc:
             raise ToxiproxyError(
-                f"{what}: {type(exc).__name__}: {exc}", method=method, url=self.base_url + path
+                f"{what}: {type(exc).__name__}: {exc}", method=method, url=url
             ) from exc
         if response.status_code >= 400:
             raise ToxiproxyError(
                 f"{what}: HTTP {response.status_code}: {response.text.strip()}",
                 status_code=response.status_code,
                 method=method,
-                url=self.base_url + path,
+                url=url,
             )
         if not response.content:
             return None
@@ -221,18 +233,9 @@ class ToxiproxyClient:
         return []
 
     def _call_bounded(self, method: str, path: str, timeout: float) -> Any:
-        what = f"Toxiproxy {method} {self.base_url}{path}"
-        try:
-            response = self._http.request(method, path, timeout=timeout)
-        except httpx.TimeoutException as exc:
-            raise ToxiproxyError(f"{what}: no answer within {timeout:g}s (stuck)") from exc
-        except httpx.HTTPError as exc:
-            raise ToxiproxyError(f"{what}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise ToxiproxyError(f"{what}: HTTP {response.status_code}: {response.text.strip()}")
-        return None
+        return self._call(method, path, timeout=timeout)
 
 
 def _is_stuck(exc: ToxiproxyError) -> bool:
     # Toxiproxy answers 503 "Timeout" when its own handler gives up after 25s.
-    return "(stuck)" in str(exc) or "HTTP 503" in str(exc)
+    return bool(exc.context.get("stuck")) or exc.status_code == 503
