@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from drills.common.units import format_duration, parse_duration
-from drills.scenario import Check, Scenario
+from drills.common.errors import InputError
+from drills.common.units import format_duration
+from drills.scenario import Check, Scenario, bound_value
 
 __all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile"]
 
@@ -84,12 +85,6 @@ class Evaluation:
         ]
 
 
-def _bound(value: float | str | None) -> float | None:
-    if value is None:
-        return None
-    return parse_duration(value) if isinstance(value, str) else float(value)
-
-
 def _expected(check: Check, unit: str) -> str:
     parts = []
     for word, value in (("<", check.below), (">", check.above)):
@@ -99,7 +94,7 @@ def _expected(check: Check, unit: str) -> str:
 
 
 def _verdict(check: Check, observed: float) -> bool:
-    below, above = _bound(check.below), _bound(check.above)
+    below, above = bound_value(check.below), bound_value(check.above)
     return (below is None or observed < below) and (above is None or observed > above)
 
 
@@ -162,7 +157,7 @@ def _result(
     )
 
 
-def _latency(check: Check, ev: Evaluation) -> CheckResult:
+def check_latency(check: Check, ev: Evaluation) -> CheckResult:
     metric, q = check.check.split(".p")
     start, end = ev.window(check.during)
     records = ev.requests_in(start, end)
@@ -186,7 +181,7 @@ def _latency(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "latency", percentile(values, pct), len(values))
 
 
-def _rate(check: Check, ev: Evaluation) -> CheckResult:
+def check_rate(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     records = ev.requests_in(start, end)
     if not records:
@@ -200,7 +195,7 @@ def _rate(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "rate", hits / len(records), len(records))
 
 
-def _throughput(check: Check, ev: Evaluation) -> CheckResult:
+def check_throughput(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     records = [r for r in ev.requests_in(start, end) if not is_error(r)]
     if not records:
@@ -227,7 +222,7 @@ def _series(
     return points
 
 
-def _prometheus(check: Check, ev: Evaluation) -> CheckResult:
+def check_prometheus(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     assert check.source and check.metric
     points = _series(ev, check.source, check.metric, check.labels, start, end)
@@ -266,7 +261,7 @@ def _fault_times(ev: Evaluation, target: str | None = None) -> list[dict[str, An
     ]
 
 
-def _breaker_opened(check: Check, ev: Evaluation) -> CheckResult:
+def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     faults = _fault_times(ev, check.target) or [
         f for f in _fault_times(ev) if not f["kind"].startswith("toxiproxy.")
     ]
@@ -299,7 +294,7 @@ def _breaker_opened(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "breaker_opened_within", min(opened) - applied, len(opened))
 
 
-def _recovered(check: Check, ev: Evaluation) -> CheckResult:
+def check_recovered_within(check: Check, ev: Evaluation) -> CheckResult:
     faults = _fault_times(ev)
     ended = [f.get("reverted_at") for f in faults]
     if not faults or any(e is None for e in ended):
@@ -359,7 +354,7 @@ def _kills(ev: Evaluation, target: str | None) -> list[dict[str, Any]]:
     return [f for f in _fault_times(ev, target) if f["kind"] in KILL_KINDS]
 
 
-def _replacement_ready(check: Check, ev: Evaluation) -> CheckResult:
+def check_replacement_ready_within(check: Check, ev: Evaluation) -> CheckResult:
     kills = _kills(ev, check.target)
     if not kills:
         return _result(
@@ -381,7 +376,7 @@ def _replacement_ready(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "replacement_ready_within", worst, len(kills))
 
 
-def _requests_lost(check: Check, ev: Evaluation) -> CheckResult:
+def check_requests_lost(check: Check, ev: Evaluation) -> CheckResult:
     """Requests that failed outright (an error, not a fallback) from each kill until its
     replacement was ready (or the drill's end)."""
     kills = _kills(ev, check.target)
@@ -398,7 +393,7 @@ def _requests_lost(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "requests_lost", float(lost), seen)
 
 
-def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
+def check_stack_lint(check: Check, ev: Evaluation) -> CheckResult:
     if ev.lint is None:
         return _result(
             check,
@@ -408,7 +403,7 @@ def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
             "no stack config known to lint (attach with 'config:' or run on a profile)",
         )
     errors = [f for f in ev.lint if f["severity"] == "error"]
-    tolerated = int(_bound(check.below) or 1)
+    tolerated = int(bound_value(check.below) or 1)
     observed = float(len(errors))
     passed = len(errors) < tolerated
     reason = (
@@ -430,7 +425,7 @@ def _stack_lint(check: Check, ev: Evaluation) -> CheckResult:
     )
 
 
-def _missing_context(check: Check, ev: Evaluation) -> CheckResult:
+def check_missing_context_share(check: Check, ev: Evaluation) -> CheckResult:
     """Share of RAG answers in the window that declared they had no context. An error is not
     a declaration: it counts against the share."""
     start, end = ev.window(check.during)
@@ -474,7 +469,7 @@ def _counter_increase(
     return inside[-1] - (before[-1] if before else 0.0)
 
 
-def _tool_timeouts(check: Check, ev: Evaluation) -> CheckResult:
+def check_tool_timeouts(check: Check, ev: Evaluation) -> CheckResult:
     """Agent tool-call attempts that timed out, at the gateway, in the window."""
     start, end = ev.window(check.during)
     prefix = f"{ev.tools_hop}:"
@@ -492,7 +487,7 @@ def _tool_timeouts(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "tool_timeouts", value, 1)
 
 
-def _breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
+def check_breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
     """How many times the breaker of ``target`` opened in the window."""
     start, end = ev.window(check.during)
     value = _counter_increase(
@@ -508,7 +503,7 @@ def _breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "breaker_opens", value, 1)
 
 
-def _retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
+def check_retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
     """Mean recall@k of the recall probe's runs in the window."""
     start, end = ev.window(check.during)
     values = [
@@ -531,7 +526,7 @@ def _retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "retrieval_recall", sum(values) / len(values), len(values))
 
 
-def _retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
+def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
     """Upstream attempts per user request in the window, counted where they arrive.
 
     Tool hops (``tools`` or ``tools:<tool>``) are counted by the tool server's interception
@@ -585,26 +580,13 @@ def _retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
 
 
 def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[CheckResult]:
-    from drills.scenario import check_family
+    """Each check's result, by its family's evaluator (``drills.check_registry``)."""
+    from drills.check_registry import family_of
 
     results = []
     for check in checks if checks is not None else ev.scenario.expect:
-        family = check_family(check.check)
-        handler = {
-            "latency": _latency,
-            "rate": _rate,
-            "throughput": _throughput,
-            "prometheus": _prometheus,
-            "breaker_opened_within": _breaker_opened,
-            "recovered_within": _recovered,
-            "stack_lint": _stack_lint,
-            "replacement_ready_within": _replacement_ready,
-            "requests_lost": _requests_lost,
-            "missing_context_share": _missing_context,
-            "tool_timeouts": _tool_timeouts,
-            "breaker_opens": _breaker_opens,
-            "retrieval_recall": _retrieval_recall,
-            "retry_amplification": _retry_amplification,
-        }[family or ""]
-        results.append(handler(check, ev))
+        family = family_of(check.check)
+        if family is None:  # the scenario model refuses unknown checks; a plugin went away
+            raise InputError(f"no check family evaluates {check.check!r}")
+        results.append(family.evaluate(check, ev))
     return results

@@ -17,12 +17,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from drills.check_registry import CheckFamily, family_of, known_checks
 from drills.common.errors import ConfigError
-from drills.common.units import Duration, Size
+from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
+from drills.references import scenario_references
 
 __all__ = [
-    "CHECKS",
     "AbortCondition",
     "Attach",
     "Check",
@@ -377,41 +378,11 @@ class Phase(_Model):
     note: str = ""
 
 
-LATENCY_METRICS = ("ttft", "itl", "e2e")
-PERCENTILE = re.compile(r"^(ttft|itl|e2e)\.p(50|75|90|95|99|999)$")
-RATE_CHECKS = ("error_rate", "fallback_rate", "success_rate")
-NAMED_CHECKS = (
-    "throughput",
-    "prometheus",
-    "breaker_opened_within",
-    "recovered_within",
-    "replacement_ready_within",
-    "requests_lost",
-    "stack_lint",
-    "missing_context_share",
-    "tool_timeouts",
-    "breaker_opens",
-    "retrieval_recall",
-    "retry_amplification",
-)
-"""Checks whose family is their own name."""
-CHECKS = (
-    "ttft.pNN",
-    "itl.pNN",
-    "e2e.pNN",
-    *RATE_CHECKS,
-    *NAMED_CHECKS,
-)
-
-
-def check_family(name: str) -> str | None:
-    if PERCENTILE.match(name):
-        return "latency"
-    if name in RATE_CHECKS:
-        return "rate"
-    if name in NAMED_CHECKS:
-        return name
-    return None
+def bound_value(value: float | str | None) -> float | None:
+    """A check's bound as a number (durations in seconds)."""
+    if value is None:
+        return None
+    return parse_duration(value) if isinstance(value, str) else float(value)
 
 
 class Check(_Model):
@@ -433,48 +404,68 @@ class Check(_Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> Check:
-        family = check_family(self.check)
+        family = family_of(self.check)
         if family is None:
             raise ValueError(
-                f"unknown check {self.check!r}; expected one of: {', '.join(CHECKS)} "
+                f"unknown check {self.check!r}; expected one of: {', '.join(known_checks())} "
                 "(pNN: p50, p75, p90, p95, p99, p999)"
             )
-        if family == "stack_lint":
-            if self.above is not None or self.during is not None:
-                raise ValueError(
-                    "check 'stack_lint' lints the stack's config: it takes no 'above' or "
-                    "'during' (optional 'below': how many error findings are tolerated, default 1)"
-                )
-        elif self.below is None and self.above is None:
-            raise ValueError(f"check {self.check!r} needs a bound: below or above")
-        timed = ("breaker_opened_within", "recovered_within", "replacement_ready_within")
-        if family in (*timed, "requests_lost") and self.above is not None:
-            raise ValueError(f"check {self.check!r} takes only 'below'")
-        if (
-            family
-            in (
-                "breaker_opened_within",
-                "replacement_ready_within",
-                "breaker_opens",
-                "retry_amplification",
-            )
-            and not self.target
-        ):
+        name = self.check
+        if not family.takes_during and (self.above is not None or self.during is not None):
             raise ValueError(
-                f"check {self.check!r} needs a target (the faulted upstream/component)"
+                f"check {name!r} lints the stack's config: it takes no 'above' or "
+                "'during' (optional 'below': how many error findings are tolerated, default 1)"
             )
-        if family == "prometheus" and not (self.metric and self.source):
-            raise ValueError("check 'prometheus' needs 'source' and 'metric'")
-        if family in ("latency", *timed):
-            for bound in (self.below, self.above):
-                if bound is not None and not isinstance(bound, str):
-                    raise ValueError(
-                        f"check {self.check!r} compares durations; write the bound with a unit "
-                        f"(e.g. 2s, 500ms), not {bound!r}"
-                    )
-        elif any(isinstance(b, str) for b in (self.below, self.above)):
-            raise ValueError(f"check {self.check!r} compares numbers, not durations")
+        if family.needs_bound and self.below is None and self.above is None:
+            raise ValueError(f"check {name!r} needs a bound: below or above")
+        if family.only_below and self.above is not None:
+            raise ValueError(f"check {name!r} takes only 'below'")
+        if family.needs_target and not self.target:
+            raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
+        missing = [f for f in family.fields if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
+        durations = family.bounds == "duration"
+        for bound in (self.below, self.above):
+            if bound is None:
+                continue
+            if durations and not isinstance(bound, str):
+                raise ValueError(
+                    f"check {name!r} compares durations; write the bound with a unit "
+                    f"(e.g. 2s, 500ms), not {bound!r}"
+                )
+            if not durations and isinstance(bound, str):
+                raise ValueError(f"check {name!r} compares numbers, not durations")
+        self._reachable(family)
         return self
+
+    def _reachable(self, family: CheckFamily) -> None:
+        """Refuse bounds that no observation can meet, or that every observation meets (a
+        check that cannot fail proves nothing)."""
+        lo, hi = family.limits
+        below, above = bound_value(self.below), bound_value(self.above)
+        shown_below, shown_above = (
+            b if isinstance(b, str) else f"{b:g}" for b in (self.below or 0, self.above or 0)
+        )
+        what = {
+            "share": "a share lies in 0..1",
+            "duration": "a duration is 0s or more",
+            "count": "a count is 0 or more",
+            "findings": "a number of findings is 0 or more",
+        }.get(family.bounds, "")
+        if below is not None and below <= lo:
+            raise ValueError(f"below {shown_below} can never be met: {what}")
+        if above is not None and above >= hi:
+            raise ValueError(f"above {shown_above} can never be met: {what}")
+        if below is not None and below > hi and family.bounds == "share":
+            raise ValueError(f"below {shown_below} can never fail: {what}")
+        if above is not None and above < lo:
+            raise ValueError(f"above {shown_above} can never fail: {what}")
+        if below is not None and above is not None and below <= above:
+            raise ValueError(
+                f"below {shown_below} and above {shown_above} can never both be met: "
+                "nothing lies between them"
+            )
 
     @property
     def label(self) -> str:
@@ -671,6 +662,12 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
     checked against that profile's hops too (without touching anything)."""
     doc = load_yaml(path)
     scenario = parse_model(Scenario, doc)
+    broken = [
+        f"{doc.path}:{doc.line_of(loc)} {format_path(loc)}: {message}"
+        for loc, message, _ in scenario_references(scenario, doc.path.parent)
+    ]
+    if broken:
+        raise ConfigError(broken)
     if isinstance(scenario.stack, str):
         from stack.config import load_stack_config
 

@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from drills.references import check_link
 
 __all__ = ["fmt_seconds", "runbook_link", "series"]
 
 
 def runbook_link(journal: dict[str, Any], runbook: str | None, out_dir: Path) -> str | None:
     """A link to ``runbook`` (``path#anchor``, relative to the scenario file) usable from
-    ``out_dir``; absolute URLs are kept as they are."""
+    ``out_dir``; http(s) URLs are kept as they are, and anything else with a scheme
+    (``javascript:``, ``file:``, ``data:``) is no link at all (``None``)."""
     runbook = runbook or journal.get("runbook")
     if not runbook:
         return None
-    if "://" in runbook:
+    if check_link(runbook) is not None:
+        return None
+    if urlsplit(runbook).scheme:
         return runbook
     path, _, anchor = runbook.partition("#")
     scenario = journal.get("scenario_path")

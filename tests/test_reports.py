@@ -182,3 +182,30 @@ def test_junit_has_one_case_per_check_and_markdown_links_failures(tmp_path: Path
         "| fallback_rate during fault | < 0.5 | 1.000 | **FAIL**: observed 1.000, expected < 0.5 "
         "([runbook]" in summary
     )
+
+
+@pytest.mark.parametrize(
+    ("runbook", "href"),
+    [
+        ("javascript:alert(document.domain)", None),
+        ("file:///etc/passwd#x", None),
+        ("data:text/html,<b>x</b>", None),
+        (
+            "https://wiki.example.com/runbooks/llm#fallback",
+            "https://wiki.example.com/runbooks/llm#fallback",
+        ),
+    ],
+)
+def test_runbook_links_are_http_or_relative_only(
+    tmp_path: Path, runbook: str, href: str | None
+) -> None:
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    data["checks"][1]["runbook"] = runbook
+    path.write_text(json.dumps(data))
+    paths = render_all(path)
+    for kind in ("html", "markdown"):
+        text = paths[kind].read_text()
+        assert "javascript:" not in text and "file:" not in text and "data:text" not in text
+        if href is not None:
+            assert href in text

@@ -3,6 +3,7 @@ value and what is allowed, by `drills validate` too (exit 2), touching nothing."
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,11 @@ LATENCY = (ROOT / "scenarios" / "inference-latency.yaml").read_text()
 
 
 def write(tmp_path: Path, text: str) -> Path:
+    """The drill at ``tmp_path/drill.yaml``, beside the shipped prompts and runbooks it names."""
     path = tmp_path / "drill.yaml"
     path.write_text(text)
-    (tmp_path / "prompts").mkdir(exist_ok=True)
+    for folder in ("prompts", "runbooks"):
+        shutil.copytree(ROOT / "scenarios" / folder, tmp_path / folder, dirs_exist_ok=True)
     return path
 
 
@@ -124,3 +127,82 @@ def test_validate_cli_exit_codes(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "phases[1].duration: invalid duration 'soon'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_missing_prompts_file_is_refused_at_validation(tmp_path: Path) -> None:
+    path = write(tmp_path, LATENCY.replace("prompts/short.jsonl", "prompts/nope.jsonl"))
+    [problem] = problems(load_scenario, path)
+    assert problem.startswith(f"{path}:{line_of(LATENCY, 'prompts/short.jsonl')} load.prompts: ")
+    assert "nope.jsonl: cannot read the prompts file" in problem
+
+
+def test_a_prompts_file_with_a_bad_line_names_that_line(tmp_path: Path) -> None:
+    path = write(tmp_path, LATENCY)
+    (tmp_path / "prompts" / "short.jsonl").write_text('{"prompt": "hi"}\n{"text": 1}\n')
+    [problem] = problems(load_scenario, path)
+    assert "short.jsonl:2: expected a 'prompt' (text) or 'messages' (a list) field" in problem
+
+
+def test_a_runbook_anchor_no_heading_makes_is_refused(tmp_path: Path) -> None:
+    text = LATENCY.replace("llm-latency.md#fallback", "llm-latency.md#fallbacks", 1)
+    assert text != LATENCY
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert ".runbook: runbooks/llm-latency.md has no heading that makes the anchor #fallbacks" in (
+        problem
+    )
+    assert "fallback, " in problem  # the anchors it does have are listed
+
+
+def test_a_runbook_file_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, LATENCY.replace("runbook: runbooks/llm-latency.md\n", "runbook: x.md\n"))
+    [problem] = problems(load_scenario, path)
+    assert f"{path}:{line_of(LATENCY, 'runbook: runbooks/llm-latency.md')} runbook: " in problem
+    assert "no runbook file" in problem
+
+
+@pytest.mark.parametrize(
+    "link", ["javascript:alert(1)", "file:///etc/passwd", "data:text/html,x", "http:relative"]
+)
+def test_runbook_links_are_http_or_relative_only(tmp_path: Path, link: str) -> None:
+    path = write(
+        tmp_path, LATENCY.replace("runbook: runbooks/llm-latency.md\n", f"runbook: '{link}'\n")
+    )
+    [problem] = problems(load_scenario, path)
+    assert "only http(s) URLs and relative paths are allowed as links" in problem
+
+
+@pytest.mark.parametrize(
+    ("bound", "why"),
+    [
+        ("above: 1", "above 1 can never be met: a share lies in 0..1"),
+        ("above: 1.5", "above 1.5 can never be met"),
+        ("below: 0", "below 0 can never be met: a share lies in 0..1"),
+        ("below: 2", "below 2 can never fail: a share lies in 0..1"),
+        ("above: -0.1", "above -0.1 can never fail"),
+        ("below: 0.2, above: 0.5", "can never both be met"),
+    ],
+)
+def test_rate_bounds_that_can_never_be_met_or_never_fail(
+    tmp_path: Path, bound: str, why: str
+) -> None:
+    text = LATENCY.replace(
+        "check: fallback_rate, during: fault, above: 0.8",
+        f"check: fallback_rate, during: fault, {bound}",
+    )
+    assert text != LATENCY
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert problem.startswith(
+        f"{path}:{line_of(LATENCY, 'check: fallback_rate, during: fault, above: 0.8')} "
+    )
+    assert why in problem
+
+
+def test_a_latency_bound_of_zero_can_never_be_met(tmp_path: Path) -> None:
+    text = LATENCY.replace(
+        "check: e2e.p99, during: fault, below: 15s", "check: e2e.p99, during: fault, below: 0s"
+    )
+    assert text != LATENCY
+    [problem] = problems(load_scenario, write(tmp_path, text))
+    assert "below 0s can never be met: a duration is 0s or more" in problem

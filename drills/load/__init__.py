@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drills.common.errors import DrillsError
 from drills.common.redact import redact_url
+from drills.references import read_prompts
 from drills.scenario import FallbackRule, LoadConfig, expand_env
 
 __all__ = ["LoadProcess", "RecordReader", "load_prompts"]
@@ -31,21 +31,7 @@ def load_prompts(load: LoadConfig, base: Path) -> list[list[dict[str, str]]]:
     """The prompts as chat message lists; a file path is relative to the scenario file."""
     if isinstance(load.prompts, list):
         return [[{"role": "user", "content": p}] for p in load.prompts]
-    path = (base / load.prompts).resolve()
-    messages = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        if "messages" in item:
-            messages.append(item["messages"])
-        elif "prompt" in item:
-            messages.append([{"role": "user", "content": item["prompt"]}])
-        else:
-            raise DrillsError(f"{path}:{number}: expected a 'prompt' or 'messages' field")
-    if not messages:
-        raise DrillsError(f"{path}: no prompts")
-    return messages
+    return read_prompts((base / load.prompts).resolve())
 
 
 @dataclass

@@ -1,0 +1,153 @@
+"""The one registry of checks: every check family, what it is called in a scenario, what its
+bounds mean, and the function that evaluates it.
+
+A scenario's ``expect[].check`` names a check; ``family_of`` finds its ``CheckFamily``. The
+scenario model validates a check against its family (bound kind, target, ``only below``) and
+refuses bounds that can never be met or never fail; ``drills.checks.evaluate`` calls the
+family's evaluator. Third-party packages add families through the entry-point group
+``drills.checks`` (each entry point loads a ``CheckFamily``); ``register`` adds one at run time.
+
+An evaluator is ``evaluate(check, evaluation) -> CheckResult`` (``drills.checks``), given as
+``module:attribute`` and imported on first use, so that the scenario model never imports the
+evaluation code.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+__all__ = [
+    "BUILTIN",
+    "CheckFamily",
+    "family_of",
+    "known_checks",
+    "register",
+]
+
+BoundKind = Literal["duration", "share", "count", "number", "findings"]
+"""What a check's ``below``/``above`` compare with: a duration (written with a unit), a share
+(0..1), a count (0 or more), any number, or the number of lint findings tolerated."""
+
+_LIMITS: dict[str, tuple[float, float]] = {
+    "duration": (0.0, math.inf),
+    "share": (0.0, 1.0),
+    "count": (0.0, math.inf),
+    "number": (-math.inf, math.inf),
+    "findings": (0.0, math.inf),
+}
+
+
+@dataclass(frozen=True)
+class CheckFamily:
+    """One family of checks (``latency``: ``ttft.p99``, ``e2e.p50``, ...)."""
+
+    family: str
+    evaluator: str | Callable[..., Any]
+    """``module:attribute`` of ``evaluate(check, evaluation) -> CheckResult``, or the function."""
+    bounds: BoundKind
+    names: tuple[str, ...] = ()
+    """The check names of this family; empty when ``pattern`` decides."""
+    pattern: str | None = None
+    """A regular expression the whole name must match (``ttft.p99``)."""
+    shown_as: str | None = None
+    """How the name is listed in an error (``ttft.pNN``)."""
+    needs_target: bool = False
+    only_below: bool = False
+    takes_during: bool = True
+    needs_bound: bool = True
+    fields: tuple[str, ...] = ()
+    """Fields this family requires besides a bound (``source``, ``metric``)."""
+
+    def matches(self, name: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, name) is not None
+        return name in self.names
+
+    @property
+    def listed(self) -> tuple[str, ...]:
+        return (self.shown_as,) if self.shown_as else self.names
+
+    @property
+    def limits(self) -> tuple[float, float]:
+        """The range every observed value of this family lies in."""
+        return _LIMITS[self.bounds]
+
+    def evaluate(self, check: Any, evaluation: Any) -> Any:
+        fn = self.evaluator
+        if isinstance(fn, str):
+            module, _, attribute = fn.partition(":")
+            fn = getattr(import_module(module), attribute)
+        return fn(check, evaluation)
+
+
+def _builtin(name: str, bounds: BoundKind, **kw: Any) -> CheckFamily:
+    return CheckFamily(name, f"drills.checks:check_{name}", bounds, names=(name,), **kw)
+
+
+BUILTIN: tuple[CheckFamily, ...] = (
+    CheckFamily(
+        "latency",
+        "drills.checks:check_latency",
+        "duration",
+        pattern=r"(ttft|itl|e2e)\.p(50|75|90|95|99|999)",
+        shown_as="ttft.pNN, itl.pNN, e2e.pNN",
+    ),
+    CheckFamily(
+        "rate",
+        "drills.checks:check_rate",
+        "share",
+        names=("error_rate", "fallback_rate", "success_rate"),
+    ),
+    _builtin("throughput", "number"),
+    _builtin("prometheus", "number", fields=("source", "metric")),
+    _builtin("breaker_opened_within", "duration", needs_target=True, only_below=True),
+    _builtin("recovered_within", "duration", only_below=True),
+    _builtin("replacement_ready_within", "duration", needs_target=True, only_below=True),
+    _builtin("requests_lost", "count", only_below=True),
+    _builtin("stack_lint", "findings", takes_during=False, needs_bound=False, only_below=True),
+    _builtin("missing_context_share", "share"),
+    _builtin("tool_timeouts", "count"),
+    _builtin("breaker_opens", "count", needs_target=True),
+    _builtin("retrieval_recall", "share"),
+    _builtin("retry_amplification", "count", needs_target=True),
+)
+"""Every built-in check family, in one place."""
+
+_EXTRA: list[CheckFamily] = []
+
+
+def register(family: CheckFamily) -> None:
+    """Add a check family in this process (a plugin's, a test's)."""
+    _EXTRA.append(family)
+
+
+def _plugins() -> list[CheckFamily]:
+    found = []
+    for entry in entry_points(group="drills.checks"):
+        family = entry.load()
+        if not isinstance(family, CheckFamily):
+            raise TypeError(
+                f"entry point drills.checks:{entry.name} ({entry.value}) is a "
+                f"{type(family).__name__}, not a drills.check_registry.CheckFamily"
+            )
+        found.append(family)
+    return found
+
+
+def families() -> list[CheckFamily]:
+    return [*BUILTIN, *_EXTRA, *_plugins()]
+
+
+def family_of(name: str) -> CheckFamily | None:
+    return next((f for f in families() if f.matches(name)), None)
+
+
+def known_checks() -> list[str]:
+    """Every check name (or name pattern), for error messages and the schema."""
+    return [n for f in families() for n in f.listed]
