@@ -27,7 +27,7 @@ def main() -> None:
                 apply_ms.append(
                     (evidence["confirmed_at"] - (t0 + fault["scheduled_offset"])) * 1000
                 )
-            revert = fault.get("revert") or {}
+            revert = fault.get("rollback") or fault.get("revert") or {}
             if revert.get("finished_at"):
                 revert_ms.append((revert["finished_at"] - (t0 + fault["scheduled_end"])) * 1000)
                 methods[revert.get("method", "?")] = methods.get(revert.get("method", "?"), 0) + 1

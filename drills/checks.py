@@ -6,48 +6,22 @@ nothing. Every result carries the observed value next to what was expected.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from drills.common.errors import InputError
+from drills.common.stats import percentile
 from drills.common.units import format_duration
+from drills.model.journal import CheckResult, FaultRecord, Probe
+from drills.model.records import Record
 from drills.scenario import Check, Scenario, bound_value
 
 __all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile"]
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty sequence."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def is_error(record: dict[str, Any]) -> bool:
-    return record.get("status") != 200 or bool(record.get("error"))
-
-
-@dataclass
-class CheckResult:
-    label: str
-    check: str
-    during: str | None
-    expected: str
-    observed: float | None
-    observed_text: str
-    passed: bool
-    reason: str
-    samples: int
-    runbook: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+def is_error(record: Record) -> bool:
+    return record.is_error
 
 
 @dataclass
@@ -55,11 +29,11 @@ class Evaluation:
     """Everything checks look at, with absolute (epoch) times."""
 
     scenario: Scenario
-    records: list[dict[str, Any]]
+    records: list[Record]
     phases: dict[str, tuple[float, float]]
     run_window: tuple[float, float]
-    faults: list[dict[str, Any]]
-    probes: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultRecord]
+    probes: list[Probe] = field(default_factory=list)
     lint: list[dict[str, Any]] | None = None
     """Findings of ``drills.lint`` on the stack's config; ``None`` when no config is known."""
     gpu: dict[str, Any] | None = None
@@ -74,15 +48,11 @@ class Evaluation:
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window
 
-    def requests_in(self, start: float, end: float) -> list[dict[str, Any]]:
+    def requests_in(self, start: float, end: float) -> list[Record]:
         """Requests that ran entirely inside ``[start, end)``. One that straddles a boundary
         (sent in the baseline, answered under the fault) belongs to neither side: counting it
         by its start would charge the fault's latency to the baseline."""
-        return [
-            r
-            for r in self.records
-            if start <= r["start"] and r["start"] + (r.get("e2e") or 0.0) <= end
-        ]
+        return [r for r in self.records if start <= r.start and r.start + (r.e2e or 0.0) <= end]
 
 
 def _expected(check: Check, unit: str) -> str:
@@ -126,16 +96,16 @@ def _result(
     runbook = check.runbook
     if observed is None:
         return CheckResult(
-            check.label,
-            check.check,
-            check.during,
-            _expected(check, unit),
-            None,
-            "no data",
-            False,
-            reason or "no data in the window",
-            samples,
-            runbook,
+            label=check.label,
+            check=check.check,
+            during=check.during,
+            expected=_expected(check, unit),
+            observed=None,
+            observed_text="no data",
+            passed=False,
+            reason=reason or "no data in the window",
+            samples=samples,
+            runbook=runbook,
         )
     passed = _verdict(check, observed)
     text = _fmt(observed, family)
@@ -144,16 +114,16 @@ def _result(
             "within bounds" if passed else f"observed {text}, expected {_expected(check, unit)}"
         )
     return CheckResult(
-        check.label,
-        check.check,
-        check.during,
-        _expected(check, unit),
-        observed,
-        text,
-        passed,
-        reason,
-        samples,
-        runbook,
+        label=check.label,
+        check=check.check,
+        during=check.during,
+        expected=_expected(check, unit),
+        observed=observed,
+        observed_text=text,
+        passed=passed,
+        reason=reason,
+        samples=samples,
+        runbook=runbook,
     )
 
 
@@ -163,12 +133,12 @@ def check_latency(check: Check, ev: Evaluation) -> CheckResult:
     records = ev.requests_in(start, end)
     values: list[float] = []
     if metric == "ttft":
-        values = [r["ttft"] for r in records if r.get("ttft") is not None]
+        values = [r.ttft for r in records if r.ttft is not None]
     elif metric == "e2e":
-        values = [r["e2e"] for r in records if r.get("e2e") is not None]
+        values = [r.e2e for r in records if r.e2e is not None]
     else:
         for r in records:
-            values.extend(r.get("itl") or ())
+            values.extend(r.itl or ())
     if not values:
         return _result(
             check,
@@ -189,9 +159,9 @@ def check_rate(check: Check, ev: Evaluation) -> CheckResult:
     if check.check == "error_rate":
         hits = sum(is_error(r) for r in records)
     elif check.check == "fallback_rate":
-        hits = sum(bool(r.get("fallback")) for r in records)
+        hits = sum(bool(r.fallback) for r in records)
     else:
-        hits = sum(not is_error(r) and not r.get("fallback") for r in records)
+        hits = sum(not is_error(r) and not r.fallback for r in records)
     return _result(check, "rate", hits / len(records), len(records))
 
 
@@ -208,17 +178,15 @@ def _series(
 ) -> list[tuple[float, float]]:
     points = []
     for probe in ev.probes:
-        if probe["source"] != source or not (start <= probe["time"] <= end):
+        if probe.source != source or not (start <= probe.time <= end):
             continue
         total, found = 0.0, False
-        for sample in probe["samples"]:
-            if sample["name"] == metric and all(
-                sample["labels"].get(k) == v for k, v in labels.items()
-            ):
-                total += sample["value"]
+        for sample in probe.samples:
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
                 found = True
         if found:
-            points.append((probe["time"], total))
+            points.append((probe.time, total))
     return points
 
 
@@ -255,21 +223,25 @@ def check_prometheus(check: Check, ev: Evaluation) -> CheckResult:
     return _result(check, "prometheus", observed, len(points))
 
 
-def _fault_times(ev: Evaluation, target: str | None = None) -> list[dict[str, Any]]:
-    return [
-        f for f in ev.faults if (target is None or f["target"] == target) and f.get("applied_at")
-    ]
+def _fault_times(ev: Evaluation, target: str | None = None) -> list[FaultRecord]:
+    return [f for f in ev.faults if (target is None or f.target == target) and f.applied_at]
+
+
+def _at(fault: FaultRecord) -> float:
+    """When an applied fault was applied (``_fault_times`` keeps only those)."""
+    assert fault.applied_at is not None
+    return fault.applied_at
 
 
 def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     faults = _fault_times(ev, check.target) or [
-        f for f in _fault_times(ev) if not f["kind"].startswith("toxiproxy.")
+        f for f in _fault_times(ev) if not f.kind.startswith("toxiproxy.")
     ]
     if not faults:
         return _result(
             check, "breaker_opened_within", None, 0, f"no fault on {check.target} was applied"
         )
-    applied = min(f["applied_at"] for f in faults)
+    applied = min(_at(f) for f in faults)
     # The gateway stamps the wall-clock time of every opening; the probes carry it.
     opened = [
         v
@@ -296,18 +268,22 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
 
 def check_recovered_within(check: Check, ev: Evaluation) -> CheckResult:
     faults = _fault_times(ev)
-    ended = [f.get("reverted_at") for f in faults]
+    ended = [f.reverted_at for f in faults]
     if not faults or any(e is None for e in ended):
         return _result(check, "recovered_within", None, 0, "a fault was never reverted")
     if check.since == "fault_start":
-        fault_end = min(f["applied_at"] for f in faults)
+        fault_end = min(_at(f) for f in faults)
     else:
         fault_end = max(e for e in ended if e is not None)
     slo = ev.scenario.slo
     bound = slo.e2e_p90
     if bound is None:
         base_name = "baseline" if "baseline" in ev.phases else ev.scenario.phases[0].name
-        base = [r["e2e"] for r in ev.requests_in(*ev.phases[base_name]) if not is_error(r)]
+        base = [
+            r.e2e
+            for r in ev.requests_in(*ev.phases[base_name])
+            if not is_error(r) and r.e2e is not None
+        ]
         if not base:
             return _result(
                 check,
@@ -322,8 +298,8 @@ def check_recovered_within(check: Check, ev: Evaluation) -> CheckResult:
     while t + slo.window <= run_end + 1e-9:
         window = ev.requests_in(t, t + slo.window)
         if len(window) >= 2:
-            bad = sum(is_error(r) or bool(r.get("fallback")) for r in window) / len(window)
-            p90 = percentile([r["e2e"] for r in window], 90)
+            bad = sum(is_error(r) or bool(r.fallback) for r in window) / len(window)
+            p90 = percentile([r.e2e or 0.0 for r in window], 90)
             if bad <= slo.error_rate and p90 <= bound:
                 return _result(
                     check,
@@ -348,10 +324,10 @@ def check_recovered_within(check: Check, ev: Evaluation) -> CheckResult:
     )
 
 
-def _kills(ev: Evaluation, target: str | None) -> list[dict[str, Any]]:
+def _kills(ev: Evaluation, target: str | None) -> list[FaultRecord]:
     from drills.scenario import KILL_KINDS
 
-    return [f for f in _fault_times(ev, target) if f["kind"] in KILL_KINDS]
+    return [f for f in _fault_times(ev, target) if f.kind in KILL_KINDS]
 
 
 def check_replacement_ready_within(check: Check, ev: Evaluation) -> CheckResult:
@@ -362,7 +338,7 @@ def check_replacement_ready_within(check: Check, ev: Evaluation) -> CheckResult:
         )
     worst = 0.0
     for kill in kills:
-        after = kill.get("after") or {}
+        after = kill.after or {}
         if not after.get("ready_at"):
             return _result(
                 check,
@@ -372,7 +348,7 @@ def check_replacement_ready_within(check: Check, ev: Evaluation) -> CheckResult:
                 f"no replacement of {check.target} was ready before the drill ended"
                 + (f" ({after['error']})" if after.get("error") else ""),
             )
-        worst = max(worst, after["ready_at"] - kill["applied_at"])
+        worst = max(worst, after["ready_at"] - _at(kill))
     return _result(check, "replacement_ready_within", worst, len(kills))
 
 
@@ -384,8 +360,8 @@ def check_requests_lost(check: Check, ev: Evaluation) -> CheckResult:
         return _result(check, "requests_lost", None, 0, "no kill fault was applied")
     lost, seen = 0, 0
     for kill in kills:
-        ready = (kill.get("after") or {}).get("ready_at") or ev.run_window[1]
-        window = [r for r in ev.records if kill["applied_at"] <= r["start"] < ready]
+        ready = (kill.after or {}).get("ready_at") or ev.run_window[1]
+        window = [r for r in ev.records if _at(kill) <= r.start < ready]
         seen += len(window)
         lost += sum(is_error(r) for r in window)
     if not seen:
@@ -412,16 +388,16 @@ def check_stack_lint(check: Check, ev: Evaluation) -> CheckResult:
         else "; ".join(f"{f['field']}: [{f['rule']}] {f['message']}" for f in errors)
     )
     return CheckResult(
-        check.label,
-        check.check,
-        None,
-        f"< {tolerated} error finding(s)",
-        observed,
-        f"{len(errors)} error(s), {len(ev.lint) - len(errors)} warning(s)",
-        passed,
-        reason,
-        len(ev.lint),
-        check.runbook,
+        label=check.label,
+        check=check.check,
+        during=None,
+        expected=f"< {tolerated} error finding(s)",
+        observed=observed,
+        observed_text=f"{len(errors)} error(s), {len(ev.lint) - len(errors)} warning(s)",
+        passed=passed,
+        reason=reason,
+        samples=len(ev.lint),
+        runbook=check.runbook,
     )
 
 
@@ -429,10 +405,10 @@ def check_missing_context_share(check: Check, ev: Evaluation) -> CheckResult:
     """Share of RAG answers in the window that declared they had no context. An error is not
     a declaration: it counts against the share."""
     start, end = ev.window(check.during)
-    records = [r for r in ev.requests_in(start, end) if r.get("endpoint") == "rag"]
+    records = [r for r in ev.requests_in(start, end) if r.endpoint == "rag"]
     if not records:
         return _result(check, "missing_context_share", None, 0, "no RAG answer in the window")
-    declared = sum(bool(r.get("missing_context")) and not is_error(r) for r in records)
+    declared = sum(bool(r.missing_context) and not is_error(r) for r in records)
     errors = sum(is_error(r) for r in records)
     share = declared / len(records)
     result = _result(check, "missing_context_share", share, len(records))
@@ -454,14 +430,14 @@ def _counter_increase(
     inside the window. A series not yet exported counts as 0 (counters appear on first use)."""
     points: list[tuple[float, float]] = []
     for probe in ev.probes:
-        if probe["source"] != source or probe.get("error"):
+        if probe.source != source or probe.error:
             continue
         total = sum(
-            sample["value"]
-            for sample in probe["samples"]
-            if sample["name"] == metric and match(sample["labels"])
+            sample.value
+            for sample in probe.samples
+            if sample.name == metric and match(sample.labels)
         )
-        points.append((probe["time"], total))
+        points.append((probe.time, total))
     inside = [v for t, v in points if start <= t <= end]
     if not inside:
         return None
@@ -507,13 +483,13 @@ def check_retrieval_recall(check: Check, ev: Evaluation) -> CheckResult:
     """Mean recall@k of the recall probe's runs in the window."""
     start, end = ev.window(check.during)
     values = [
-        sample["value"]
+        sample.value
         for probe in ev.probes
-        if probe["source"] == "retrieval"
-        and start <= probe["time"]
-        and probe.get("ended", probe["time"]) <= end
-        for sample in probe["samples"]
-        if sample["name"] == "drills_retrieval_recall"
+        if probe.source == "retrieval"
+        and start <= probe.time
+        and (probe.ended or probe.time) <= end
+        for sample in probe.samples
+        if sample.name == "drills_retrieval_recall"
     ]
     if not values:
         status = ev.retrieval or {"available": False, "reason": "the probe did not run"}
@@ -535,7 +511,7 @@ def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
     Other hops (Toxiproxy 2.12 counts bytes, not requests) use the gateway's attempt counter."""
     start, end = ev.window(check.during)
     target = check.target or ""
-    requests = [r for r in ev.records if start <= r["start"] < end]
+    requests = [r for r in ev.records if start <= r.start < end]
     if not requests:
         return _result(check, "retry_amplification", None, 0, "no user request in the window")
     if target == ev.tools_hop or target.startswith(f"{ev.tools_hop}:"):

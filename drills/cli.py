@@ -24,6 +24,7 @@ from drills.common.errors import (
     KillSwitch,
     StackNotRunning,
 )
+from drills.model.journal import FORMAT, Journal
 
 if TYPE_CHECKING:
     from drills.common.yamlsrc import YamlDocument
@@ -245,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{len(args.scenarios)} scenario file(s) valid")
         return EXIT_OK
     if args.command == "report":
-        from reports import load_journal, render_all
+        from reports import render_all
 
         if (args.run_dir / "gameday.json").exists():
             from reports.gameday import render_gameday
@@ -256,8 +257,9 @@ def _run(args: argparse.Namespace) -> int:
         journal_path = args.run_dir / "journal.json" if args.run_dir.is_dir() else args.run_dir
         if not journal_path.exists():
             raise InputError(f"{args.run_dir}: no journal.json here; pass a run directory")
-        paths = render_all(journal_path)
-        print(f"verdict: {load_journal(journal_path)['verdict']}")
+        journal = _read_journal(journal_path)
+        paths = render_all(journal, journal_path.parent)
+        print(f"verdict: {journal.verdict}")
         for kind, path in paths.items():
             print(f"{kind}: {path}")
         return EXIT_OK
@@ -360,10 +362,10 @@ def _gate(args: argparse.Namespace) -> int:
     for result in results:
         print(f"{result.verdict.upper():11} {result.drill}  ({result.path})")
         for check in result.failed_checks:
-            runbook = check.get("runbook") or (result.journal or {}).get("runbook") or "-"
+            runbook = check.runbook or (result.journal and result.journal.runbook) or "-"
             print(
-                f"            FAIL {check['label']}: observed {check['observed_text']}, "
-                f"expected {check['expected']}  runbook: {runbook}"
+                f"            FAIL {check.label}: observed {check.observed_text}, "
+                f"expected {check.expected}  runbook: {runbook}"
             )
     print(f"junit: {paths['junit']}")
     print(f"summary: {paths['markdown']}")
@@ -482,24 +484,30 @@ def _lint(args: argparse.Namespace) -> int:
 def _run_drill(args: argparse.Namespace) -> int:
     from drills.runner import Runner
     from drills.scenario import load_scenario
-    from reports import load_journal
 
     options = _options(args)
     scenario, doc = load_scenario(args.scenario)
     if args.dry_run:
         return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
     print(f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s)", file=sys.stderr)
-    run_dir = Runner(scenario, doc, options).run()
-    journal = load_journal(run_dir)
-    for check in journal["checks"]:
-        mark = "pass" if check["passed"] else "FAIL"
-        print(
-            f"  {mark}  {check['label']}: observed {check['observed_text']}, "
-            f"expected {check['expected']}"
-        )
-    print(f"verdict: {journal['verdict']}")
-    print(f"report: {run_dir / 'index.html'}")
-    return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
+    journal = Runner(scenario, doc, options).run()
+    for check in journal.checks:
+        mark = "pass" if check.passed else "FAIL"
+        print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
+    print(f"verdict: {journal.verdict}")
+    print(f"report: {Path(journal.run_dir) / 'index.html'}")
+    return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+
+
+def _read_journal(path: Path) -> Journal:
+    """A journal file, or an ``InputError`` naming it and what is wrong with it."""
+    from pydantic import ValidationError
+
+    try:
+        return Journal.read(path)
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise InputError(f"{path}: not a drills journal (format {FORMAT}): {first}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from drills.common.errors import RevertError
 from drills.ledger import Ledger
+from drills.model.journal import FaultRecord
 from injectors import Injector
 
 __all__ = ["FaultLifecycle", "FaultRun", "parallel"]
@@ -47,23 +48,24 @@ class FaultRun:
     """What the injector said it would hit, read before anything was applied."""
     error: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "phase": self.phase,
-            "kind": self.injector.kind,
-            "target": self.injector.target,
-            "spec": self.spec,
-            "scheduled_offset": self.offset,
-            "scheduled_end": self.end,
-            "applied_at": self.applied_at,
-            "reverted_at": self.reverted_at,
-            "evidence": self.evidence,
-            "revert": self.revert,
-            "after": self.after,
-            "preflight": self.preflight,
-            "error": self.error,
-        }
+    def record(self) -> FaultRecord:
+        """What the journal keeps of it."""
+        return FaultRecord(
+            index=self.index,
+            phase=self.phase,
+            kind=self.injector.kind,
+            target=self.injector.target,
+            spec=self.spec,
+            scheduled_offset=self.offset,
+            scheduled_end=self.end,
+            applied_at=self.applied_at,
+            reverted_at=self.reverted_at,
+            evidence=self.evidence,
+            rollback=self.revert,
+            after=self.after,
+            preflight=self.preflight,
+            error=self.error,
+        )
 
 
 def _silent(event: str, **detail: Any) -> None:

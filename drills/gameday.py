@@ -418,8 +418,6 @@ class GameDay:
     def _drill(
         self, step: Step, scenario: Scenario, doc: YamlDocument, record: dict[str, Any]
     ) -> str:
-        from reports import load_journal
-
         record.update(drill=scenario.drill, file=str(doc.path), title=scenario.title)
         if step.notes:
             self.say(f"\n[drill {scenario.drill}] {step.notes}")
@@ -429,7 +427,7 @@ class GameDay:
         )
         self._event("drill", "drill_start", drill=scenario.drill)
         try:
-            run_dir = Runner(scenario, doc, options).run()
+            journal = Runner(scenario, doc, options).run()
         except KillSwitch as exc:
             record.update(verdict="aborted", kill_switch=True, abort_reason=str(exc))
             self._event("drill", "drill_end", drill=scenario.drill, verdict="aborted")
@@ -439,27 +437,25 @@ class GameDay:
             self._event("drill", "drill_end", drill=scenario.drill, verdict="error")
             self.say(f"[drill {scenario.drill}] could not run: {exc}")
             return "error"
-        journal = load_journal(run_dir)
-        aborted = journal.get("aborted") or {}
+        aborted = journal.aborted or {}
         record.update(
-            verdict=journal["verdict"],
-            run_dir=str(run_dir),
-            run_id=journal["run_id"],
-            runbook=journal.get("runbook"),
+            verdict=journal.verdict,
+            run_dir=journal.run_dir,
+            run_id=journal.run_id,
+            runbook=journal.runbook,
             checks=[
-                {k: c[k] for k in ("label", "passed", "observed_text", "expected", "runbook")}
-                for c in journal["checks"]
+                c.model_dump(include={"label", "passed", "observed_text", "expected", "runbook"})
+                for c in journal.checks
             ],
-            kill_switch=str(aborted.get("reason", "")).startswith("kill switch"),
+            kill_switch=aborted.get("cause") == "kill_switch",
             abort_reason=aborted.get("reason"),
         )
-        for event in journal["timeline"]:
-            if event["event"] in ("phase_start", "fault_applied", "fault_reverted", "aborted"):
-                detail = {k: v for k, v in event.items() if k not in ("time", "offset", "event")}
-                self._event(scenario.drill, event["event"], **detail)
-        self._event("drill", "drill_end", drill=scenario.drill, verdict=journal["verdict"])
-        self.say(f"[drill {scenario.drill}] verdict: {journal['verdict']}")
-        return str(journal["verdict"])
+        for event in journal.timeline:
+            if event.event in ("phase_start", "fault_applied", "fault_reverted", "aborted"):
+                self._event(scenario.drill, event.event, **event.detail)
+        self._event("drill", "drill_end", drill=scenario.drill, verdict=journal.verdict)
+        self.say(f"[drill {scenario.drill}] verdict: {journal.verdict}")
+        return journal.verdict
 
     def _notes(self) -> list[dict[str, Any]]:
         notes = []

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
+from drills.model.journal import CheckResult, Journal
 from drills.runner import RunOptions, attach_of, attach_urls
 from drills.safety import SafetyPolicy, check_scenario
 from drills.scenario import Scenario, load_scenario
@@ -36,13 +36,13 @@ class GateResult:
     verdict: str
     """passed, failed, aborted, interrupted, or ``error`` (the drill produced no journal)."""
     run_dir: Path | None
-    journal: dict[str, Any] | None
+    journal: Journal | None
     exit_code: int
     log: Path | None = None
 
     @property
-    def failed_checks(self) -> list[dict[str, Any]]:
-        return [c for c in (self.journal or {}).get("checks", []) if not c["passed"]]
+    def failed_checks(self) -> list[CheckResult]:
+        return [c for c in (self.journal.checks if self.journal else []) if not c.passed]
 
 
 def collect_scenarios(paths: list[Path]) -> list[Path]:
@@ -146,7 +146,7 @@ def run_gate(
                 ).returncode
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
-        verdict = journal["verdict"] if journal else "error"
+        verdict = journal.verdict if journal else "error"
         say(
             f"[gate] {scenario.drill}: {verdict} after {time.monotonic() - started:.0f}s"
             + ("" if journal else f" (no journal; exit code {code}; see {log})")

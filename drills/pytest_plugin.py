@@ -30,6 +30,7 @@ import pytest
 
 from drills.common.errors import DrillFailed, DrillsError, InputError
 from drills.common.yamlsrc import YamlDocument
+from drills.model.journal import CheckResult, Journal, RunStatus
 from drills.runner import Runner, RunOptions
 from drills.safety import load_policy
 from drills.scenario import Attach, Scenario, load_scenario
@@ -109,16 +110,16 @@ class DrillOutcome:
 
     scenario: Scenario
     run_dir: Path | None
-    journal: dict[str, Any] | None
+    journal: Journal | None
     error: str | None = None
 
     @property
     def verdict(self) -> str:
-        return self.journal["verdict"] if self.journal else "error"
+        return self.journal.verdict if self.journal else "error"
 
     @property
-    def checks(self) -> list[dict[str, Any]]:
-        return list(self.journal["checks"]) if self.journal else []
+    def checks(self) -> list[CheckResult]:
+        return list(self.journal.checks) if self.journal else []
 
 
 class DrillSession:
@@ -170,15 +171,13 @@ class DrillSession:
         return self.run_loaded(scenario, doc)
 
     def run_loaded(self, scenario: Scenario, doc: YamlDocument | None) -> DrillOutcome:
-        from reports import load_journal
-
         try:
-            run_dir = Runner(scenario, doc, self.options(scenario)).run()
+            journal = Runner(scenario, doc, self.options(scenario)).run()
         except InputError:
             raise
         except Exception as exc:  # reported on every check of the drill, not lost
             return DrillOutcome(scenario, None, None, f"{type(exc).__name__}: {exc}")
-        return DrillOutcome(scenario, run_dir, load_journal(run_dir))
+        return DrillOutcome(scenario, Path(journal.run_dir), journal)
 
     def finish(self) -> None:
         if self._owned_state is not None and not self._opt("drills_keep_stack"):
@@ -279,20 +278,20 @@ class CheckItem(_DrillItem):
         outcome = self._ran()
         assert outcome.journal is not None and outcome.run_dir is not None
         check = outcome.checks[self.index]
-        if outcome.journal["status"] in ("aborted", "interrupted"):
+        if outcome.journal.status in (RunStatus.ABORTED, RunStatus.INTERRUPTED):
             raise DrillFailed(
-                f"drill {outcome.journal['status']}: {outcome.journal.get('aborted') or ''}\n"
+                f"drill {outcome.journal.status}: {outcome.journal.aborted or ''}\n"
                 f"report: {outcome.run_dir / 'index.html'}"
             )
-        if not check["passed"]:
+        if not check.passed:
             from reports.common import runbook_link
 
-            runbook = check.get("runbook") or outcome.journal.get("runbook")
+            runbook = check.runbook or outcome.journal.runbook
             link = runbook_link(outcome.journal, runbook, Path.cwd())
             raise DrillFailed(
-                f"{check['label']}: observed {check['observed_text']}, expected "
-                f"{check['expected']}\n"
-                f"  {check['reason']}\n"
+                f"{check.label}: observed {check.observed_text}, expected "
+                f"{check.expected}\n"
+                f"  {check.reason}\n"
                 f"  runbook: {link or '-'}\n"
                 f"  report: {outcome.run_dir / 'index.html'}"
             )
@@ -302,8 +301,8 @@ class RevertItem(_DrillItem):
     def runtest(self) -> None:
         outcome = self._ran()
         assert outcome.journal is not None
-        if outcome.journal["revert_errors"]:
+        if outcome.journal.rollbacks.failed:
             raise DrillFailed(
                 "faults that could not be reverted:\n  "
-                + "\n  ".join(outcome.journal["revert_errors"])
+                + "\n  ".join(outcome.journal.rollbacks.failed)
             )

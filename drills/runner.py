@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from drills.checks import CheckResult, Evaluation, evaluate, is_error, percentile
+from drills.checks import Evaluation, evaluate, is_error, percentile
 from drills.common.errors import ConfigError, Interrupted, KillSwitch, StackError
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
@@ -36,6 +36,16 @@ from drills.common.yamlsrc import YamlDocument
 from drills.faults import FaultLifecycle, FaultRun, parallel
 from drills.ledger import Ledger
 from drills.load import LoadProcess, RecordReader, load_prompts
+from drills.model.journal import (
+    Journal,
+    PhaseWindow,
+    Probe,
+    Rollbacks,
+    RunStatus,
+    StackInfo,
+    TimelineEvent,
+)
+from drills.model.records import Record
 from drills.probes import Prober
 from drills.safety import (
     SafetyPolicy,
@@ -120,6 +130,18 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     )
 
 
+@dataclass
+class _Outcome:
+    """How the walk through the timeline ended, and what it saw on the way."""
+
+    started_at: float
+    reader: RecordReader
+    status: RunStatus = RunStatus.COMPLETED
+    abort: dict[str, Any] | None = None
+    phases: dict[str, tuple[float, float]] = field(default_factory=dict)
+    live: list[Record] = field(default_factory=list)
+
+
 class Runner:
     def __init__(self, scenario: Scenario, doc: YamlDocument | None, options: RunOptions) -> None:
         self.scenario = scenario
@@ -165,8 +187,9 @@ class Runner:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def run(self) -> Path:
-        """Run the drill; return the run directory (journal and reports inside).
+    def run(self) -> Journal:
+        """Run the drill; return its journal (written, with the reports, in its run directory,
+        ``Journal.run_dir``).
 
         Raises ``SafetyViolation`` or ``ConfigError`` before anything is touched when the drill
         exceeds the safety policy or names hops the stack does not have."""
@@ -184,7 +207,7 @@ class Runner:
                 (run_dir / "ABORTED").write_text(json.dumps(abort_request(abort_path)))
                 raise
 
-    def _run(self, run_dir: Path, abort_path: Path) -> Path:
+    def _run(self, run_dir: Path, abort_path: Path) -> Journal:
         scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
         self._check_health(endpoints)
@@ -192,7 +215,31 @@ class Runner:
         with ToxiproxyClient(endpoints.toxiproxy) as client:
             check_targets(scenario, self.doc, sorted(client.proxies()), self._components(state_dir))
         shared = ToxiproxyClient(endpoints.toxiproxy)
-        shared.version()  # open the kept-alive connection before the first fault is due
+        try:
+            shared.version()  # open the kept-alive connection before the first fault is due
+            faults = self._plan(endpoints, shared, state_dir)
+            ledger = Ledger(self.options.ledger)
+            swept = ledger.sweep()
+            for item in swept:
+                self._say(
+                    f"removed a fault left by an earlier run: {item['kind']} on "
+                    f"{item['target']} ({item.get('method')})"
+                )
+            self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
+            load, prober, reader = self._instruments(run_dir, endpoints, state_dir)
+            outcome = self._walk(faults, self.lifecycle, load, prober, reader, abort_path)
+        finally:
+            shared.close()
+        self._observe(faults)
+        return self._conclude(run_dir, endpoints, state_dir, faults, prober, outcome, swept)
+
+    def _plan(
+        self, endpoints: StackEndpoints, shared: ToxiproxyClient, state_dir: Path | None
+    ) -> list[FaultRun]:
+        """One injector per scheduled fault; those that can say what they would hit
+        (``Preflight``: Kubernetes) check it now, reading only, so that a refusal leaves
+        nothing applied."""
+        scenario = self.scenario
         context = InjectionContext(
             self.run_id,
             endpoints.toxiproxy,
@@ -203,7 +250,6 @@ class Runner:
             self.policy.max_containers,
         )
         faults: list[FaultRun] = []
-        phases: dict[str, tuple[float, float]] = {}
         for window in fault_windows(scenario):
             fault = scenario.phases[window.phase].inject[window.index]
             faults.append(
@@ -216,25 +262,16 @@ class Runner:
                     fault.model_dump(mode="json", by_alias=True),
                 )
             )
-
-        # Faults that can say what they would hit (Kubernetes) check it now, reading only:
-        # a refusal here leaves nothing applied.
         for planned in faults:
             if isinstance(planned.injector, Preflight):
-                try:
-                    planned.preflight = planned.injector.preflight()
-                except Exception:
-                    shared.close()
-                    raise
-        ledger = Ledger(self.options.ledger)
-        leftovers = ledger.sweep()
-        lifecycle = self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
-        for item in leftovers:
-            self._say(
-                f"removed a fault left by an earlier run: {item['kind']} on "
-                f"{item['target']} ({item.get('method')})"
-            )
-        faults_specs = [f for p in scenario.phases for f in p.inject]
+                planned.preflight = planned.injector.preflight()
+        return faults
+
+    def _instruments(
+        self, run_dir: Path, endpoints: StackEndpoints, state_dir: Path | None
+    ) -> tuple[LoadProcess, Prober, RecordReader]:
+        """The load process, the probes and the reader of the load's records."""
+        scenario = self.scenario
         base = self.doc.path.parent if self.doc else Path.cwd()
         records_path = run_dir / "records.jsonl"
         load = LoadProcess(
@@ -245,17 +282,27 @@ class Runner:
             records_path,
             scenario.duration + scenario.load.warmup,
         )
+        gpu_faults = any(f.kind.startswith("gpu.") for p in scenario.phases for f in p.inject)
         prober = Prober(
             dict(endpoints.metrics),
             scenario.probe_interval,
-            gpu=scenario.gpu_telemetry or any(f.kind.startswith("gpu.") for f in faults_specs),
+            gpu=scenario.gpu_telemetry or gpu_faults,
         )
         self.retrieval_status = self._retrieval_probe(prober, state_dir, endpoints)
-        reader = RecordReader(records_path)
-        live: list[dict[str, Any]] = []
-        status = "completed"
-        abort: dict[str, Any] | None = None
-        started_at = time.time()
+        return load, prober, RecordReader(records_path)
+
+    def _walk(
+        self,
+        faults: list[FaultRun],
+        lifecycle: FaultLifecycle,
+        load: LoadProcess,
+        prober: Prober,
+        reader: RecordReader,
+        abort_path: Path,
+    ) -> _Outcome:
+        """Load, probes and the timeline of phases; every fault reverted on the way out,
+        however the way out is taken."""
+        outcome = _Outcome(started_at=time.time(), reader=reader)
         with self._signals():
             try:
                 with contextlib.ExitStack() as stack:
@@ -265,77 +312,116 @@ class Runner:
                     stack.callback(load.stop)
                     for planned in faults:
                         stack.callback(lifecycle.revert, planned)
-                    self._warmup(reader, live)
+                    self._warmup(reader, outcome.live)
                     self.t0 = time.time()
                     for name, (start, end) in self._phase_offsets().items():
-                        phases[name] = (self.t0 + start, self.t0 + end)
-                    abort = self._timeline(faults, lifecycle, reader, live)
-                    if abort is not None:
-                        status = "aborted"
+                        outcome.phases[name] = (self.t0 + start, self.t0 + end)
+                    outcome.abort = self._timeline(faults, lifecycle, reader, outcome.live)
+                    if outcome.abort is not None:
+                        outcome.status = RunStatus.ABORTED
             except Interrupted as exc:
-                status = "interrupted"
+                outcome.status = RunStatus.INTERRUPTED
                 self._event("interrupted", signal=str(exc))
             except KillSwitch:
-                status = "aborted"
+                outcome.status = RunStatus.ABORTED
                 request = abort_request(abort_path)
-                abort = {
+                outcome.abort = {
+                    "cause": "kill_switch",
                     "reason": "kill switch (drills abort)",
                     "by": request.get("by"),
                     "message": request.get("reason"),
                     "requested_at": request.get("at"),
                 }
-                self._event("aborted", **abort)
-            finally:
-                shared.close()
+                self._event("aborted", **outcome.abort)
+        return outcome
+
+    @staticmethod
+    def _observe(faults: list[FaultRun]) -> None:
+        """Ask each applied fault that can (``Observer``) how its target recovered."""
         for ran in faults:
             if ran.applied_at is not None and isinstance(ran.injector, Observer):
                 try:
                     ran.after = ran.injector.observe()
                 except Exception as exc:  # the run's evidence is incomplete, not lost
                     ran.after = {"error": f"could not observe the recovery: {exc}"}
+
+    def _conclude(
+        self,
+        run_dir: Path,
+        endpoints: StackEndpoints,
+        state_dir: Path | None,
+        faults: list[FaultRun],
+        prober: Prober,
+        outcome: _Outcome,
+        swept: list[dict[str, Any]],
+    ) -> Journal:
+        """Checks over their windows, then the journal (written) and the reports."""
+        scenario = self.scenario
         ended_at = time.time()
-        records = live + reader.read_new()
-        if not phases:
-            phases = {p.name: (started_at, started_at) for p in scenario.phases}
+        records = outcome.live + outcome.reader.read_new()
+        phases = outcome.phases or {p.name: (outcome.started_at,) * 2 for p in scenario.phases}
         for record in records:
-            record["phase"] = next(
-                (n for n, (s, e) in phases.items() if s <= record["start"] < e), "warmup"
+            record.phase = next(
+                (n for n, (s, e) in phases.items() if s <= record.start < e), "warmup"
             )
+        fault_records = [f.record() for f in faults]
+        probes = [Probe.model_validate(p) for p in prober.results]
         evaluation = Evaluation(
             scenario,
             records,
             phases,
-            (self.t0 or started_at, ended_at),
-            [f.as_json() for f in faults],
-            prober.results,
+            (self.t0 or outcome.started_at, ended_at),
+            fault_records,
+            probes,
             self._lint(endpoints),
             prober.gpu,
             self.retrieval_status,
             *self._agent_identity(state_dir, endpoints),
         )
         results = evaluate(evaluation)
-        verdict = self._verdict(status, results)
-        journal = self._journal(
-            run_dir,
-            endpoints,
-            status,
-            verdict,
-            abort,
-            started_at,
-            ended_at,
-            phases,
-            faults,
-            records,
-            prober,
-            results,
-            leftovers,
+        status = outcome.status
+        if status is RunStatus.COMPLETED and self.revert_errors:
+            status = RunStatus.FAILED
+        journal = Journal(
+            drill=scenario.drill,
+            title=scenario.title,
+            description=scenario.description,
+            runbook=scenario.runbook,
+            run_id=self.run_id,
+            status=status,
+            deviated=not all(r.passed for r in results),
+            started_at=outcome.started_at,
+            t0=self.t0 or None,
+            ended_at=ended_at,
+            scenario_path=str(self.doc.path) if self.doc else None,
+            scenario=scenario.model_dump(mode="json", by_alias=True),
+            stack=StackInfo(
+                gateway=endpoints.gateway,
+                toxiproxy=endpoints.toxiproxy,
+                metrics=endpoints.metrics,
+                profile=endpoints.profile,
+                components=endpoints.components,
+            ),
+            phases=[PhaseWindow(name=n, start=s, end=e) for n, (s, e) in phases.items()],
+            timeline=[TimelineEvent.model_validate(e) for e in self.timeline],
+            faults=fault_records,
+            aborted=outcome.abort,
+            rollbacks=Rollbacks(failed=list(self.revert_errors), swept=swept),
+            records=records,
+            probes=probes,
+            probe_failures=prober.failures,
+            gpu=prober.gpu,
+            retrieval=self.retrieval_status,
+            checks=results,
+            run_dir=str(run_dir),
         )
-        journal_path = run_dir / "journal.json"
-        journal_path.write_text(json.dumps(redact(journal), indent=1, default=str))
+        # What is written and what is returned are the same, secrets masked in both.
+        journal = Journal.model_validate(redact(journal.model_dump(mode="json")))
+        journal.write(run_dir / "journal.json")
         from reports import render_all
 
-        render_all(journal_path)
-        return run_dir
+        render_all(journal, run_dir)
+        return journal
 
     def _state_dir(self) -> Path | None:
         """The embedded stack's state directory, when this run knows it."""
@@ -472,7 +558,7 @@ class Runner:
                     f"{response.status_code}"
                 )
 
-    def _warmup(self, reader: RecordReader, live: list[dict[str, Any]]) -> None:
+    def _warmup(self, reader: RecordReader, live: list[Record]) -> None:
         """Let the load start (Locust's own start-up, first requests to each engine) before
         any window opens."""
         deadline = time.monotonic() + self.scenario.load.warmup
@@ -495,7 +581,7 @@ class Runner:
         faults: list[FaultRun],
         lifecycle: FaultLifecycle,
         reader: RecordReader,
-        live: list[dict[str, Any]],
+        live: list[Record],
     ) -> dict[str, Any] | None:
         offsets = self._phase_offsets()
         total = self.scenario.duration
@@ -520,6 +606,7 @@ class Runner:
                 if error is not None:
                     # A fault that did not land makes the drill meaningless: stop it.
                     detail = {
+                        "cause": "fault_failed",
                         "reason": "a fault did not land",
                         "fault": fault.index,
                         "error": str(error),
@@ -548,99 +635,40 @@ class Runner:
             time.sleep(min(max(min(upcoming) - (time.time() - self.t0), 0.001), 0.05))
 
     def _progress(
-        self, phase: str, now: float, window: tuple[float, float], live: list[dict[str, Any]]
+        self, phase: str, now: float, window: tuple[float, float], live: list[Record]
     ) -> None:
-        recent = [r for r in live if r["start"] >= time.time() - 10]
-        done = [r["e2e"] for r in recent if r.get("e2e") is not None]
+        recent = [r for r in live if r.start >= time.time() - 10]
+        done = [r.e2e for r in recent if r.e2e is not None]
         rps = len(recent) / 10
         p50 = f"{percentile(done, 50):.2f}s" if done else "-"
         p99 = f"{percentile(done, 99):.2f}s" if done else "-"
         errors = sum(is_error(r) for r in live)
-        fallbacks = sum(bool(r.get("fallback")) for r in live)
+        fallbacks = sum(r.fallback for r in live)
         self._say(
             f"[{phase} {now - window[0]:4.0f}s/{window[1] - window[0]:.0f}s] "
             f"elapsed {now:4.0f}s  {rps:4.1f} req/s  p50 {p50}  p99 {p99}  "
             f"requests {len(live)}  errors {errors}  fallbacks {fallbacks}"
         )
 
-    def _check_abort(self, live: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _check_abort(self, live: list[Record]) -> dict[str, Any] | None:
         now = time.time()
         for condition in self.scenario.abort_when:
-            window = [r for r in live if r["start"] >= now - condition.for_]
+            window = [r for r in live if r.start >= now - condition.for_]
             if len(window) < condition.min_requests:
                 continue
             if condition.check == "error_rate":
                 rate = sum(is_error(r) for r in window) / len(window)
             else:
-                rate = sum(bool(r.get("fallback")) for r in window) / len(window)
+                rate = sum(r.fallback for r in window) / len(window)
             if rate > condition.above:
                 return {
+                    "cause": "abort_condition",
                     "check": condition.check,
                     "observed": round(rate, 3),
                     "above": condition.above,
                     "for": condition.for_,
                 }
         return None
-
-    def _verdict(self, status: str, results: list[CheckResult]) -> str:
-        if status in ("aborted", "interrupted"):
-            return status
-        if self.revert_errors or not all(r.passed for r in results):
-            return "failed"
-        return "passed"
-
-    def _journal(
-        self,
-        run_dir: Path,
-        endpoints: StackEndpoints,
-        status: str,
-        verdict: str,
-        abort: dict[str, Any] | None,
-        started_at: float,
-        ended_at: float,
-        phases: dict[str, tuple[float, float]],
-        faults: list[FaultRun],
-        records: list[dict[str, Any]],
-        prober: Prober,
-        results: list[CheckResult],
-        leftovers: list[dict[str, Any]],
-    ) -> dict[str, Any]:
-        scenario = self.scenario
-        return {
-            "format": 1,
-            "drill": scenario.drill,
-            "title": scenario.title,
-            "description": scenario.description,
-            "runbook": scenario.runbook,
-            "run_id": self.run_id,
-            "status": status,
-            "verdict": verdict,
-            "started_at": started_at,
-            "t0": self.t0,
-            "ended_at": ended_at,
-            "scenario_path": str(self.doc.path) if self.doc else None,
-            "scenario": scenario.model_dump(mode="json", by_alias=True),
-            "stack": {
-                "gateway": endpoints.gateway,
-                "toxiproxy": endpoints.toxiproxy,
-                "metrics": endpoints.metrics,
-                "profile": endpoints.profile,
-                "components": endpoints.components,
-            },
-            "phases": [{"name": n, "start": s, "end": e} for n, (s, e) in phases.items()],
-            "timeline": self.timeline,
-            "faults": [f.as_json() for f in faults],
-            "aborted": abort,
-            "revert_errors": self.revert_errors,
-            "leftovers_removed": leftovers,
-            "records": records,
-            "probes": prober.results,
-            "probe_failures": prober.failures,
-            "gpu": prober.gpu,
-            "retrieval": self.retrieval_status,
-            "checks": [r.as_json() for r in results],
-            "run_dir": str(run_dir),
-        }
 
 
 def validate_only(paths: list[Path]) -> list[str]:

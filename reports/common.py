@@ -7,16 +7,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from drills.common.stats import percentile
+from drills.model.journal import Journal
 from drills.references import check_link
 
 __all__ = ["fmt_seconds", "runbook_link", "series"]
 
 
-def runbook_link(journal: dict[str, Any], runbook: str | None, out_dir: Path) -> str | None:
+def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | None:
     """A link to ``runbook`` (``path#anchor``, relative to the scenario file) usable from
     ``out_dir``; http(s) URLs are kept as they are, and anything else with a scheme
     (``javascript:``, ``file:``, ``data:``) is no link at all (``None``)."""
-    runbook = runbook or journal.get("runbook")
+    runbook = runbook or journal.runbook
     if not runbook:
         return None
     if check_link(runbook) is not None:
@@ -24,7 +26,7 @@ def runbook_link(journal: dict[str, Any], runbook: str | None, out_dir: Path) ->
     if urlsplit(runbook).scheme:
         return runbook
     path, _, anchor = runbook.partition("#")
-    scenario = journal.get("scenario_path")
+    scenario = journal.scenario_path
     base = Path(scenario).parent if scenario else Path.cwd()
     target = (base / path).resolve()
     rel = os.path.relpath(target, out_dir.resolve())
@@ -37,26 +39,22 @@ def fmt_seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
 
 
-def series(journal: dict[str, Any], bucket: float = 5.0) -> list[dict[str, Any]]:
+def series(journal: Journal, bucket: float = 5.0) -> list[dict[str, Any]]:
     """Per ``bucket`` seconds from t0: requests, errors, fallbacks, e2e/ttft p50 and p99."""
-    from drills.checks import is_error, percentile
-
-    t0 = journal.get("t0") or journal["started_at"]
-    end = journal["ended_at"]
+    t0 = journal.origin
     rows = []
     t = 0.0
-    records = journal["records"]
-    while t0 + t < end:
-        window = [r for r in records if t0 + t <= r["start"] < t0 + t + bucket]
-        e2e = [r["e2e"] for r in window if r.get("e2e") is not None]
-        ttft = [r["ttft"] for r in window if r.get("ttft") is not None]
+    while t0 + t < journal.ended_at:
+        window = [r for r in journal.records if t0 + t <= r.start < t0 + t + bucket]
+        e2e = [r.e2e for r in window if r.e2e is not None]
+        ttft = [r.ttft for r in window if r.ttft is not None]
         rows.append(
             {
                 "t": t,
                 "requests": len(window),
                 "rps": len(window) / bucket,
-                "errors": sum(is_error(r) for r in window),
-                "fallbacks": sum(bool(r.get("fallback")) for r in window),
+                "errors": sum(r.is_error for r in window),
+                "fallbacks": sum(r.fallback for r in window),
                 "e2e_p50": percentile(e2e, 50) if e2e else None,
                 "e2e_p99": percentile(e2e, 99) if e2e else None,
                 "ttft_p50": percentile(ttft, 50) if ttft else None,

@@ -1,14 +1,21 @@
 """A self-contained HTML report: verdict first, then checks, the timeline with fault windows,
 charts over time, events, faults with their evidence and sample answers. No scripts, no external
-files; every string that came from the stack or the model is escaped."""
+files; every string that came from the stack or the model is escaped.
+
+The page is ``templates/drill.html.j2`` (Jinja2, autoescape on); the inline SVG charts are built
+here, escaping their own text, and passed to it as markup."""
 
 from __future__ import annotations
 
-import json
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+from drills.model.journal import Journal
+from drills.model.records import Record
 from reports.common import fmt_seconds, runbook_link, series
 
 __all__ = ["render_html"]
@@ -38,22 +45,22 @@ def _x(t: float, duration: float) -> float:
     return PAD + (WIDTH - 2 * PAD) * (t / duration if duration else 0)
 
 
-def _frame(journal: dict[str, Any], duration: float, height: int) -> list[str]:
+def _frame(journal: Journal, duration: float, height: int) -> list[str]:
     """Phase bands and fault windows behind a chart."""
-    t0 = journal.get("t0") or journal["started_at"]
+    t0 = journal.origin
     parts = []
-    for i, phase in enumerate(journal["phases"]):
-        x1, x2 = _x(phase["start"] - t0, duration), _x(phase["end"] - t0, duration)
+    for i, phase in enumerate(journal.phases):
+        x1, x2 = _x(phase.start - t0, duration), _x(phase.end - t0, duration)
         parts.append(
             f'<rect x="{x1:.1f}" y="10" width="{max(x2 - x1, 0):.1f}" '
             f'height="{height - 30}" fill="{PHASE_FILL[i % len(PHASE_FILL)]}"/>'
         )
-        parts.append(f'<text x="{x1 + 3:.1f}" y="22">{escape(phase["name"])}</text>')
-    for fault in journal["faults"]:
-        if fault.get("applied_at") is None:
+        parts.append(f'<text x="{x1 + 3:.1f}" y="22">{escape(phase.name)}</text>')
+    for fault in journal.faults:
+        if fault.applied_at is None:
             continue
-        end = fault.get("reverted_at") or journal["ended_at"]
-        x1, x2 = _x(fault["applied_at"] - t0, duration), _x(end - t0, duration)
+        end = fault.reverted_at or journal.ended_at
+        x1, x2 = _x(fault.applied_at - t0, duration), _x(end - t0, duration)
         parts.append(
             f'<rect x="{x1:.1f}" y="{height - 22}" width="{max(x2 - x1, 1):.1f}" '
             f'height="4" fill="#cf222e" opacity=".7"/>'
@@ -62,13 +69,14 @@ def _frame(journal: dict[str, Any], duration: float, height: int) -> list[str]:
 
 
 def _chart(
-    journal: dict[str, Any],
+    journal: Journal,
     rows: list[dict[str, Any]],
     lines: list[tuple[str, str, str]],
     title: str,
     unit: str,
-) -> str:
-    duration = max((journal["ended_at"] - (journal.get("t0") or journal["started_at"])), 1.0)
+) -> Markup:
+    """An inline SVG line chart over the run, every text in it escaped here."""
+    duration = max(journal.ended_at - journal.origin, 1.0)
     values = [r[key] for r in rows for key, _, _ in lines if r.get(key) is not None]
     top = max(values) * 1.15 if values else 1.0
     top = top or 1.0
@@ -102,67 +110,33 @@ def _chart(
     legend = "".join(
         f'<span style="color:{c}">&#9632; {escape(label)}</span>' for _, c, label in lines
     )
-    return f"<h3>{escape(title)}</h3>{''.join(parts)}<div class='legend'>{legend}</div>"
+    return Markup(f"<h3>{escape(title)}</h3>{''.join(parts)}<div class='legend'>{legend}</div>")
 
 
-def render_html(journal: dict[str, Any], out_dir: Path) -> str:
-    verdict = journal["verdict"]
-    t0 = journal.get("t0") or journal["started_at"]
+_ENV = Environment(
+    loader=PackageLoader("reports", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+)
+_ENV.filters["seconds"] = fmt_seconds
+
+
+def _samples(journal: Journal, per_kind: int = 4) -> list[Record]:
+    """A few answers of each kind (ok, fallback, error), in order."""
+    shown: dict[str, int] = {}
+    picked = []
+    for record in journal.records:
+        kind = "error" if record.error else ("fallback" if record.fallback else "ok")
+        if shown.get(kind, 0) < per_kind:
+            shown[kind] = shown.get(kind, 0) + 1
+            picked.append(record)
+    return picked
+
+
+def render_html(journal: Journal, out_dir: Path) -> str:
     rows = series(journal)
-    stack_name = journal["stack"].get("profile") or journal["stack"]["gateway"]
-    out: list[str] = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>{escape(journal['drill'])}: {escape(verdict)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<div class='verdict' id='verdict' style='background:{COLORS.get(verdict, '#57606a')}'>"
-        f"{escape(verdict.upper())}</div>",
-        f"<h1>{escape(journal['title'])}</h1>",
-        f"<p class='muted'>drill <code>{escape(journal['drill'])}</code> &middot; run "
-        f"<code>{escape(journal['run_id'])}</code> &middot; "
-        f"{journal['ended_at'] - journal['started_at']:.0f} s &middot; "
-        f"{len(journal['records'])} requests &middot; stack "
-        f"<code>{escape(str(stack_name))}</code></p>",
-    ]
-    if journal.get("description"):
-        out.append(f"<p>{escape(journal['description'])}</p>")
-    if journal.get("aborted"):
-        out.append(f"<p class='fail'>Aborted: {escape(json.dumps(journal['aborted']))}</p>")
-    if journal["revert_errors"]:
-        out.append(
-            "<p class='fail'>Faults that could not be reverted: "
-            + escape("; ".join(journal["revert_errors"]))
-            + "</p>"
-        )
-    if journal.get("leftovers_removed"):
-        out.append(
-            f"<p class='muted'>Before starting, removed {len(journal['leftovers_removed'])}"
-            " fault(s) left behind by an earlier run.</p>"
-        )
-
-    out.append(
-        "<h2>Checks</h2><table id='checks'><tr><th>check</th><th>expected</th>"
-        "<th>observed</th><th>result</th><th>why / what to do</th></tr>"
-    )
-    for check in journal["checks"]:
-        ok = check["passed"]
-        action = escape(check["reason"])
-        if not ok:
-            link = runbook_link(journal, check.get("runbook"), out_dir)
-            if link:
-                action += f" &mdash; <a class='runbook' href='{escape(link)}'>runbook</a>"
-        out.append(
-            f"<tr class='{'pass' if ok else 'fail'}'><td>{escape(check['label'])}</td>"
-            f"<td>{escape(check['expected'])}</td><td>{escape(check['observed_text'])}</td>"
-            f"<td class='{'pass' if ok else 'fail'}'>{'pass' if ok else 'FAIL'}</td>"
-            f"<td>{action}</td></tr>"
-        )
-    out.append("</table>")
-
-    out.append(
-        "<h2>Over time</h2><p class='muted'>Phases are shaded; red bars under each chart"
-        " are the fault windows (applied to reverted, as read back).</p>"
-    )
-    out.append(
+    charts = [
         _chart(
             journal,
             rows,
@@ -173,65 +147,28 @@ def render_html(journal: dict[str, Any], out_dir: Path) -> str:
             ],
             "Latency",
             "s",
-        )
-    )
-    out.append(
+        ),
         _chart(
             journal, rows, [("rps", "#1a7f37", "requests started per second")], "Throughput", "n"
-        )
-    )
-    out.append(
+        ),
         _chart(
             journal,
             rows,
             [("errors", "#cf222e", "errors"), ("fallbacks", "#9a6700", "fallback answers")],
             "Errors and fallbacks (per 5 s)",
             "n",
-        )
+        ),
+    ]
+    checks = [
+        {"result": c, "link": None if c.passed else runbook_link(journal, c.runbook, out_dir)}
+        for c in journal.checks
+    ]
+    return _ENV.get_template("drill.html.j2").render(
+        j=journal,
+        css=Markup(CSS),
+        color=COLORS.get(journal.verdict, "#57606a"),
+        stack_name=journal.stack.profile or journal.stack.gateway,
+        checks=checks,
+        charts=charts,
+        samples=_samples(journal),
     )
-
-    out.append(
-        "<h2>Timeline</h2><table id='timeline'><tr><th>at</th><th>event</th><th>detail</th></tr>"
-    )
-    for event in journal["timeline"]:
-        detail = {k: v for k, v in event.items() if k not in ("time", "offset", "event")}
-        out.append(
-            f"<tr><td>{event['time'] - t0:+.2f}s</td><td>{escape(event['event'])}</td>"
-            f"<td>{escape(json.dumps(detail))}</td></tr>"
-        )
-    out.append("</table>")
-
-    out.append("<h2>Faults and evidence</h2>")
-    for fault in journal["faults"]:
-        applied = fault.get("applied_at")
-        reverted = fault.get("reverted_at")
-        method = (fault.get("revert") or {}).get("method")
-        out.append(
-            f"<p><b>{escape(fault['kind'])}</b> on <code>{escape(fault['target'])}</code> in "
-            f"phase {escape(fault['phase'])}: scheduled at {fault['scheduled_offset']:.1f}s, "
-            "applied "
-            f"{'at %+.3fs' % (applied - t0) if applied else 'never'}, reverted "
-            f"{'at %+.3fs' % (reverted - t0) if reverted else 'never'}"
-            f"{' (' + escape(str(method)) + ')' if reverted else ''}"
-            f"{' &mdash; ' + escape(fault['error']) if fault.get('error') else ''}</p>"
-            f"<pre>{escape(json.dumps(fault.get('evidence'), indent=1))}</pre>"
-        )
-
-    out.append(
-        "<h2>Sample answers</h2><table id='samples'><tr><th>at</th><th>status</th>"
-        "<th>route</th><th>e2e</th><th>answer</th></tr>"
-    )
-    shown: dict[str, int] = {}
-    for record in journal["records"]:
-        kind = "error" if record.get("error") else ("fallback" if record.get("fallback") else "ok")
-        if shown.get(kind, 0) >= 4:
-            continue
-        shown[kind] = shown.get(kind, 0) + 1
-        answer = record.get("text") or record.get("error") or ""
-        out.append(
-            f"<tr><td>{record['start'] - t0:+.1f}s</td><td>{record.get('status')}</td>"
-            f"<td>{escape(str(record.get('route')))}</td><td>{fmt_seconds(record.get('e2e'))}"
-            f"</td><td>{escape(answer)}</td></tr>"
-        )
-    out.append("</table></body></html>")
-    return "\n".join(out)

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
 from xml.etree import ElementTree as ET
+
+from drills.model.journal import Journal, RunStatus
 
 __all__ = ["junit_suite", "render_junit", "render_junit_suites"]
 
 XML_HEADER = '<?xml version="1.0" encoding="utf-8"?>\n'
 
 
-def render_junit(journal: dict[str, Any]) -> str:
+def render_junit(journal: Journal) -> str:
     suite = junit_suite(journal)
     ET.indent(suite)
     return XML_HEADER + ET.tostring(suite, encoding="unicode")
 
 
-def render_junit_suites(name: str, journals: list[dict[str, Any]]) -> str:
+def render_junit_suites(name: str, journals: list[Journal]) -> str:
     """Several drills (a gate, a game day) in one file: a ``testsuite`` per drill."""
     suites = [junit_suite(j) for j in journals]
     root = ET.Element(
@@ -31,47 +32,44 @@ def render_junit_suites(name: str, journals: list[dict[str, Any]]) -> str:
     return XML_HEADER + ET.tostring(root, encoding="unicode")
 
 
-def junit_suite(journal: dict[str, Any]) -> ET.Element:
-    checks = journal["checks"]
-    failures = sum(not c["passed"] for c in checks) + (1 if journal["revert_errors"] else 0)
+def junit_suite(journal: Journal) -> ET.Element:
+    checks = journal.checks
+    failed = journal.rollbacks.failed
+    stopped = journal.status in (RunStatus.ABORTED, RunStatus.INTERRUPTED)
     suite = ET.Element(
         "testsuite",
-        name=f"drill:{journal['drill']}",
+        name=f"drill:{journal.drill}",
         tests=str(len(checks) + 1),
-        failures=str(failures),
-        errors="1" if journal["status"] in ("aborted", "interrupted") else "0",
-        time=f"{journal['ended_at'] - journal['started_at']:.3f}",
-        timestamp=str(journal["started_at"]),
+        failures=str(sum(not c.passed for c in checks) + (1 if failed else 0)),
+        errors="1" if stopped else "0",
+        time=f"{journal.ended_at - journal.started_at:.3f}",
+        timestamp=str(journal.started_at),
     )
     props = ET.SubElement(suite, "properties")
     for key in ("run_id", "status", "verdict", "scenario_path"):
-        ET.SubElement(props, "property", name=key, value=str(journal.get(key)))
+        ET.SubElement(props, "property", name=key, value=str(getattr(journal, key)))
+    classname = f"drills.{journal.drill}"
     for check in checks:
-        case = ET.SubElement(
-            suite, "testcase", classname=f"drills.{journal['drill']}", name=check["label"]
-        )
-        if not check["passed"]:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=check.label)
+        if not check.passed:
             text = (
-                f"{check['label']}: observed {check['observed_text']}, expected "
-                f"{check['expected']} ({check['reason']})"
+                f"{check.label}: observed {check.observed_text}, expected "
+                f"{check.expected} ({check.reason})"
             )
-            if check.get("runbook") or journal.get("runbook"):
-                text += f"\nrunbook: {check.get('runbook') or journal.get('runbook')}"
+            if check.runbook or journal.runbook:
+                text += f"\nrunbook: {check.runbook or journal.runbook}"
             failure = ET.SubElement(
                 case, "failure", message=text.splitlines()[0], type="CheckFailed"
             )
             failure.text = text
-    revert = ET.SubElement(
-        suite, "testcase", classname=f"drills.{journal['drill']}", name="every fault reverted"
-    )
-    if journal["revert_errors"]:
+    revert = ET.SubElement(suite, "testcase", classname=classname, name="every fault reverted")
+    if failed:
         failure = ET.SubElement(
             revert, "failure", message="a fault could not be reverted", type="RevertFailed"
         )
-        failure.text = "\n".join(journal["revert_errors"])
-    if journal["status"] in ("aborted", "interrupted"):
-        error = ET.SubElement(
-            revert, "error", message=f"drill {journal['status']}", type=journal["status"]
-        )
-        error.text = str(journal.get("aborted") or journal["status"])
+        failure.text = "\n".join(failed)
+    if stopped:
+        status = journal.status.value
+        error = ET.SubElement(revert, "error", message=f"drill {status}", type=status)
+        error.text = str(journal.aborted or status)
     return suite

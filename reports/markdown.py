@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from drills.model.journal import Journal
 from reports.common import runbook_link
 
 __all__ = ["render_markdown"]
@@ -16,36 +16,36 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(journal: dict[str, Any], out_dir: Path) -> str:
+def render_markdown(journal: Journal, out_dir: Path) -> str:
     lines = [
-        f"### Drill `{journal['drill']}`: **{ICON.get(journal['verdict'], journal['verdict'])}**",
+        f"### Drill `{journal.drill}`: **{ICON.get(journal.verdict, journal.verdict)}**",
         "",
-        f"{_cell(journal['title'])}  ",
-        f"run `{journal['run_id']}`, {journal['ended_at'] - journal['started_at']:.0f} s, "
-        f"{len(journal['records'])} requests, "
-        f"stack `{journal['stack'].get('profile') or 'attached'}`",
+        f"{_cell(journal.title)}  ",
+        f"run `{journal.run_id}`, {journal.ended_at - journal.started_at:.0f} s, "
+        f"{len(journal.records)} requests, "
+        f"stack `{journal.stack.profile or 'attached'}`",
         "",
         "| check | expected | observed | result |",
         "|---|---|---|---|",
     ]
-    for check in journal["checks"]:
-        result = "pass" if check["passed"] else f"**FAIL**: {_cell(check['reason'])}"
-        if not check["passed"]:
-            link = runbook_link(journal, check.get("runbook"), out_dir)
+    for check in journal.checks:
+        result = "pass" if check.passed else f"**FAIL**: {_cell(check.reason)}"
+        if not check.passed:
+            link = runbook_link(journal, check.runbook, out_dir)
             if link:
                 result += f" ([runbook]({link}))"
         lines.append(
-            f"| {_cell(check['label'])} | {_cell(check['expected'])} | "
-            f"{_cell(check['observed_text'])} | {result} |"
+            f"| {_cell(check.label)} | {_cell(check.expected)} | "
+            f"{_cell(check.observed_text)} | {result} |"
         )
-    if journal.get("aborted"):
-        lines += ["", f"Aborted: `{journal['aborted']}`"]
-    if journal["revert_errors"]:
+    if journal.aborted:
+        lines += ["", f"Aborted: `{journal.aborted}`"]
+    if journal.rollbacks.failed:
         lines += ["", "Faults that could not be reverted:"]
-        lines += [f"- {_cell(e)}" for e in journal["revert_errors"]]
-    if journal.get("leftovers_removed"):
+        lines += [f"- {_cell(e)}" for e in journal.rollbacks.failed]
+    if journal.rollbacks.swept:
         lines += [
             "",
-            f"Removed {len(journal['leftovers_removed'])} fault(s) left by an earlier run.",
+            f"Removed {len(journal.rollbacks.swept)} fault(s) left by an earlier run.",
         ]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from drills.checks import Evaluation, evaluate, percentile
+from drills.model.journal import FaultRecord, Probe
+from drills.model.records import Record
 from drills.scenario import Check, Scenario
 
 T0 = 1_800_000_000.0
@@ -32,28 +34,43 @@ def scenario(*checks: dict[str, Any]) -> Scenario:
     )
 
 
-def rec(at: float, e2e: float = 0.5, status: int = 200, fallback: bool = False) -> dict[str, Any]:
-    return {
-        "start": T0 + at,
-        "ttft": e2e / 2,
-        "itl": [0.05],
-        "e2e": e2e,
-        "status": status,
-        "error": None if status == 200 else "HTTP 502",
-        "fallback": fallback,
+def rec(at: float, e2e: float = 0.5, status: int = 200, fallback: bool = False) -> Record:
+    return Record(
+        start=T0 + at,
+        ttft=e2e / 2,
+        itl=[0.05],
+        e2e=e2e,
+        status=status,
+        error=None if status == 200 else "HTTP 502",
+        fallback=fallback,
+        trace_id="t",
+    )
+
+
+def fault(**kw: Any) -> FaultRecord:
+    """A latency fault on vllm-0 applied in the fault phase, with ``kw`` over it."""
+    base = {
+        "index": 0,
+        "phase": "fault",
+        "kind": "toxiproxy.down",
+        "target": "vllm-0",
+        "scheduled_offset": 0.0,
+        "scheduled_end": 10.0,
+        "applied_at": T0 + 10.1,
+        "reverted_at": T0 + 20.0,
     }
+    return FaultRecord.model_validate({**base, **kw})
 
 
-def ev(s: Scenario, records: list[dict[str, Any]], **kw: Any) -> Evaluation:
+def ev(s: Scenario, records: list[Record], **kw: Any) -> Evaluation:
     phases = {
         "baseline": (T0, T0 + 10),
         "fault": (T0 + 10, T0 + 20),
         "recovery": (T0 + 20, T0 + 40),
     }
-    faults = kw.pop(
-        "faults", [{"target": "vllm-0", "applied_at": T0 + 10.1, "reverted_at": T0 + 20.0}]
-    )
-    return Evaluation(s, records, phases, (T0, T0 + 40), faults, kw.pop("probes", []))
+    faults = kw.pop("faults", [fault()])
+    probes = [Probe.model_validate(p) for p in kw.pop("probes", [])]
+    return Evaluation(s, records, phases, (T0, T0 + 40), faults, probes)
 
 
 def test_percentile_interpolates() -> None:

@@ -4,7 +4,6 @@ policy brings it back, and the gateway carries the traffic meanwhile."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,7 +66,7 @@ def test_pod_loss_drill_docker_variant(
         state_dir=state,
         stack_config=str(config_path),
     )
-    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    journal = Runner(scenario, doc, options).run().model_dump(mode="json")
     failed = [c for c in journal["checks"] if not c["passed"]]
     assert journal["verdict"] == "passed", failed
     (kill,) = journal["faults"]

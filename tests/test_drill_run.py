@@ -47,8 +47,7 @@ def run(
         attach=Attach(gateway=gateway, toxiproxy=toxiproxy_url(stack)),
         stack_config=config or str(stack.config_path),
     )
-    run_dir = Runner(scenario, doc, options).run()
-    return json.loads((run_dir / "journal.json").read_text())
+    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 def run_argv(stack: RunningStack, tmp_path: Path) -> list[str]:
@@ -90,7 +89,7 @@ def test_shipped_latency_drill_passes_on_the_sound_stack(
         names = [t["name"] for t in fault["evidence"]["toxics"]]
         assert any(n.startswith("drills-") for n in names)
         assert fault["applied_at"] < fault["reverted_at"]
-        assert fault["revert"]["method"] in ("removed", "recreated")
+        assert fault["rollback"]["method"] in ("removed", "recreated")
     assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
     run_dir = Path(journal["run_dir"])
     for name in ("index.html", "junit.xml", "summary.md", "records.jsonl"):
@@ -226,7 +225,7 @@ def test_faults_left_by_a_killed_run_are_removed_by_the_next_run(
     shutil.rmtree(tmp_path / "runs")
     # The next run removes them before it starts, says so, and runs normally.
     journal = run(SHORT, stack.gateway_url, stack, tmp_path)
-    removed = journal["leftovers_removed"]
+    removed = journal["rollbacks"]["swept"]
     assert sorted(r["target"] for r in removed) == ["backup", "vllm-0", "vllm-1"]
     assert journal["timeline"][0]["event"] == "phase_start"
     html = (Path(journal["run_dir"]) / "index.html").read_text()

@@ -3,7 +3,6 @@ memory; without it (this project's CI machines) both must say so and never count
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -94,7 +93,7 @@ def test_a_drill_with_gpu_faults_on_a_machine_without_gpus_stops_and_says_why(
         ledger=tmp_path / "ledger.json",
         attach=Attach(gateway=stack.gateway_url, toxiproxy=stack.toxiproxy_url),
     )
-    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    journal = Runner(scenario, doc, options).run().model_dump(mode="json")
     assert journal["status"] == "aborted" and journal["verdict"] == "aborted"
     assert journal["aborted"]["reason"] == "a fault did not land"
     assert "NVML unavailable" in journal["aborted"]["error"]

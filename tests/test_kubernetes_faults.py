@@ -188,7 +188,7 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
         ledger=tmp_path / "ledger.json",
         attach=Attach(gateway=stack.gateway_url, toxiproxy=stack.toxiproxy_url),  # type: ignore[attr-defined]
     )
-    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    journal = Runner(scenario, doc, options).run().model_dump(mode="json")
     assert journal["verdict"] == "passed", [c for c in journal["checks"] if not c["passed"]]
     (fault,) = journal["faults"]
     (planned,) = fault["preflight"]["pods"]

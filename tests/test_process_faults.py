@@ -44,8 +44,7 @@ def run_drill(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> 
         state_dir=stack.state_dir,
         stack_config=str(stack.config_path),
     )
-    run_dir = Runner(scenario, doc, options).run()
-    return json.loads((run_dir / "journal.json").read_text())
+    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 @pytest.fixture
@@ -183,7 +182,7 @@ def test_pod_loss_drill_fails_with_one_replica_and_no_fallback(
         state_dir=stack.state_dir,
         stack_config="unsound-single",
     )
-    journal = json.loads((Runner(scenario, doc, options).run() / "journal.json").read_text())
+    journal = Runner(scenario, doc, options).run().model_dump(mode="json")
     assert journal["verdict"] == "failed"
     checks = {c["label"]: c for c in journal["checks"]}
     failed = {label for label, c in checks.items() if not c["passed"]}

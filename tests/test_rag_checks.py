@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from drills.checks import Evaluation, evaluate
+from drills.model.journal import Probe
+from drills.model.records import Record
 from drills.scenario import Check, Scenario
 
 T0 = 1_800_000_000.0
@@ -28,7 +30,14 @@ def evaluation(records: list[dict[str, Any]], probes: list[dict[str, Any]]) -> E
             "expect": [{"check": "error_rate", "below": 1}],
         }
     )
-    return Evaluation(scenario, records, PHASES, (T0, T0 + 20), [], probes)
+    return Evaluation(
+        scenario,
+        [Record.model_validate({"trace_id": "t", **r}) for r in records],
+        PHASES,
+        (T0, T0 + 20),
+        [],
+        [Probe.model_validate(p) for p in probes],
+    )
 
 
 def rag(at: float, missing: bool, status: int = 200) -> dict[str, Any]:

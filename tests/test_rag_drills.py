@@ -3,7 +3,6 @@ policy and fails on the unsound one, naming the checks that caught it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,8 +41,7 @@ def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
         ),
         stack_config=str(stack.config_path),
     )
-    run_dir = Runner(scenario, doc, options).run()
-    return json.loads((run_dir / "journal.json").read_text())
+    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 def unsound_gateway(factory: Callable[..., LiveGateway]) -> LiveGateway:
@@ -101,9 +99,9 @@ def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_pat
     assert fault["kind"] == "tool.saturate"
     # Evidence: the tool server's pool was full, and what the flood did is in the journal.
     assert fault["evidence"]["tool_inflight"] >= 1
-    assert fault["revert"]["method"] == "flood stopped"
-    assert fault["revert"]["flood"]["calls"] > 0
-    assert fault["revert"]["flood"]["latency_p95"] is not None
+    assert fault["rollback"]["method"] == "flood stopped"
+    assert fault["rollback"]["flood"]["calls"] > 0
+    assert fault["rollback"]["flood"]["latency_p95"] is not None
 
 
 def test_tool_saturation_fails_on_the_unsound_policy_naming_the_checks(

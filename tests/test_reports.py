@@ -14,6 +14,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from drills.model.journal import Journal
 from reports import render_all
 
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
@@ -118,6 +119,11 @@ def journal(tmp_path: Path) -> Path:
     return path
 
 
+def render(path: Path) -> dict[str, Path]:
+    """The reports of the journal file at ``path``, beside it (what `drills report` does)."""
+    return render_all(Journal.read(path), path.parent)
+
+
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
@@ -129,7 +135,7 @@ def chromium() -> str:
 
 
 def test_html_report_renders_in_a_real_browser_with_model_output_escaped(tmp_path: Path) -> None:
-    paths = render_all(journal(tmp_path))
+    paths = render(journal(tmp_path))
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
             [
@@ -164,7 +170,7 @@ def test_html_report_renders_in_a_real_browser_with_model_output_escaped(tmp_pat
 
 
 def test_junit_has_one_case_per_check_and_markdown_links_failures(tmp_path: Path) -> None:
-    paths = render_all(journal(tmp_path))
+    paths = render(journal(tmp_path))
     suite = ET.parse(paths["junit"]).getroot()
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == [
@@ -203,7 +209,7 @@ def test_runbook_links_are_http_or_relative_only(
     data = json.loads(path.read_text())
     data["checks"][1]["runbook"] = runbook
     path.write_text(json.dumps(data))
-    paths = render_all(path)
+    paths = render(path)
     for kind in ("html", "markdown"):
         text = paths[kind].read_text()
         assert "javascript:" not in text and "file:" not in text and "data:text" not in text

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from drills.common.redact import redact_url
+from drills.model.records import Record
 from drills.references import read_prompts
 from drills.scenario import FallbackRule, LoadConfig, expand_env
 
@@ -142,7 +142,7 @@ class RecordReader:
         self._offset = 0
         self._partial = b""
 
-    def read_new(self) -> list[dict[str, Any]]:
+    def read_new(self) -> list[Record]:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self._offset)
@@ -153,4 +153,4 @@ class RecordReader:
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        return [json.loads(line) for line in lines if line.strip()]
+        return [Record.model_validate_json(line) for line in lines if line.strip()]

@@ -23,6 +23,8 @@ from typing import Any
 import requests
 from locust import LoadTestShape, User, constant, task
 
+from drills.model.records import Record
+
 with open(os.environ["DRILLS_LOAD_CONFIG"]) as _config:
     CONFIG: dict[str, Any] = json.load(_config)
 HEADERS: dict[str, str] = json.loads(os.environ.get("DRILLS_LOAD_HEADERS") or "{}")
@@ -38,22 +40,13 @@ def _is_fallback(headers: Any, text: str) -> bool:
 
 
 def _new_record(trace_id: str, endpoint: str) -> dict[str, Any]:
-    """One request's line, before it is sent."""
-    return {
-        "start": time.time(),
-        "ttft": None,
-        "itl": [],
-        "e2e": None,
-        "status": 0,
-        "error": None,
-        "tokens": 0,
-        "fallback": False,
-        "route": None,
-        "upstream": None,
-        "trace_id": trace_id,
-        "text": "",
-        "endpoint": endpoint,
-    }
+    """One request's line, before it is sent (the schema is ``drills.model.records.Record``)."""
+    return Record.begin(trace_id, endpoint).model_dump()
+
+
+def _write(record: dict[str, Any]) -> None:
+    # Validated against the schema as it is written: a field the checks do not know fails here.
+    RECORDS.write(Record.model_validate(record).model_dump_json(exclude_none=False) + "\n")
 
 
 class LLMUser(User):
@@ -106,7 +99,7 @@ class LLMUser(User):
         except (requests.RequestException, ValueError) as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         record["e2e"] = time.perf_counter() - started
-        RECORDS.write(json.dumps(record) + "\n")
+        _write(record)
         self.environment.events.request.fire(
             request_type="POST",
             name=endpoint,
@@ -185,7 +178,7 @@ class LLMUser(User):
         except requests.RequestException as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         record["e2e"] = time.perf_counter() - started
-        RECORDS.write(json.dumps(record) + "\n")
+        _write(record)
         self.environment.events.request.fire(
             request_type="POST",
             name="chat",

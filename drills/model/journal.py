@@ -1,0 +1,230 @@
+"""The journal of one drill run: the contract between the engine and the reports.
+
+``Runner.run()`` returns a ``Journal``; it is written as ``journal.json`` in the run directory
+(``Journal.write``) and read back with ``Journal.read``, so a report can be rendered from it
+alone (``drills report RUN_DIR``). ``drills schema journal`` prints its JSON Schema.
+
+Status words are chaostoolkit-lib's:
+
+- ``status``: how the run itself ended: ``completed`` (the timeline ran to its end),
+  ``failed`` (the run broke: a fault could not be reverted), ``aborted`` (an abort condition,
+  a fault that did not land, or ``drills abort``), ``interrupted`` (Ctrl-C, SIGTERM);
+- ``deviated``: a check failed (the stack did not degrade as designed);
+- ``verdict``: the one word for a person and for exit codes: ``passed`` only when the run
+  completed and nothing deviated; otherwise ``failed``, ``aborted`` or ``interrupted``;
+- ``rollbacks``: everything about taking faults away: per fault (``FaultRecord.rollback``), the
+  reverts that failed, and the faults an earlier run left that were swept before this one.
+
+Format 2 (this one) renamed format 1's ``revert`` / ``revert_errors`` / ``leftovers_removed``;
+``Journal.read`` upgrades a format-1 file as it reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from drills.model.records import Record
+
+__all__ = [
+    "FORMAT",
+    "CheckResult",
+    "FaultRecord",
+    "Journal",
+    "PhaseWindow",
+    "Probe",
+    "Rollbacks",
+    "RunStatus",
+    "Sample",
+    "StackInfo",
+    "TimelineEvent",
+]
+
+FORMAT = 2
+
+
+class RunStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    INTERRUPTED = "interrupted"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StackInfo(_Model):
+    gateway: str
+    toxiproxy: str | None = None
+    metrics: dict[str, str] = Field(default_factory=dict)
+    profile: str | None = None
+    """The embedded stack's profile; ``None`` for an attached stack."""
+    components: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class PhaseWindow(_Model):
+    name: str
+    start: float
+    end: float
+
+
+class TimelineEvent(BaseModel):
+    """Something that happened, in order: ``event`` names it, the rest is its detail."""
+
+    model_config = ConfigDict(extra="allow")
+
+    time: float
+    offset: float
+    event: str
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class FaultRecord(_Model):
+    """One scheduled fault and what happened to it (``drills.engine.faults.FaultRun``)."""
+
+    index: int
+    phase: str
+    kind: str
+    target: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    scheduled_offset: float
+    scheduled_end: float
+    applied_at: float | None = None
+    reverted_at: float | None = None
+    evidence: dict[str, Any] | None = None
+    """What ``apply`` read back from the target."""
+    rollback: dict[str, Any] | None = None
+    """What ``revert`` did (``method``, ``finished_at``, ...)."""
+    after: dict[str, Any] | None = None
+    """What the injector observed after the run (a killed target's replacement)."""
+    preflight: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class Sample(_Model):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    value: float
+
+
+class Probe(_Model):
+    """One scrape of one source (a Prometheus endpoint, NVML, the recall probe)."""
+
+    time: float
+    source: str
+    samples: list[Sample] = Field(default_factory=list)
+    error: str | None = None
+    ended: float | None = None
+    """When a probe that takes a while (the recall probe) finished."""
+
+
+class CheckResult(_Model):
+    label: str
+    check: str
+    during: str | None
+    expected: str
+    observed: float | None
+    observed_text: str
+    passed: bool
+    reason: str
+    samples: int
+    runbook: str | None
+
+
+class Rollbacks(_Model):
+    failed: list[str] = Field(default_factory=list)
+    """One line per fault whose revert failed (its ledger entry was kept for the next sweep)."""
+    swept: list[dict[str, Any]] = Field(default_factory=list)
+    """Faults left by an earlier run, removed before this one started."""
+
+
+class Journal(_Model):
+    format: Literal[2] = 2
+    drill: str
+    title: str
+    description: str = ""
+    runbook: str | None = None
+    run_id: str
+    status: RunStatus
+    deviated: bool
+    """A check failed."""
+    started_at: float
+    t0: float | None = None
+    """When the first phase began (``None``: the run stopped before it)."""
+    ended_at: float
+    scenario_path: str | None = None
+    scenario: dict[str, Any] = Field(default_factory=dict)
+    stack: StackInfo
+    phases: list[PhaseWindow] = Field(default_factory=list)
+    timeline: list[TimelineEvent] = Field(default_factory=list)
+    faults: list[FaultRecord] = Field(default_factory=list)
+    aborted: dict[str, Any] | None = None
+    """Why the run was aborted: ``cause`` is ``abort_condition``, ``fault_failed`` or
+    ``kill_switch``; the rest is the condition or the kill switch's request."""
+    rollbacks: Rollbacks = Field(default_factory=Rollbacks)
+    records: list[Record] = Field(default_factory=list)
+    probes: list[Probe] = Field(default_factory=list)
+    probe_failures: dict[str, Any] = Field(default_factory=dict)
+    gpu: dict[str, Any] | None = None
+    retrieval: dict[str, Any] | None = None
+    checks: list[CheckResult] = Field(default_factory=list)
+    run_dir: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> Literal["passed", "failed", "aborted", "interrupted"]:
+        if self.status in (RunStatus.ABORTED, RunStatus.INTERRUPTED):
+            return self.status.value  # type: ignore[return-value]
+        if self.status is RunStatus.FAILED or self.deviated:
+            return "failed"
+        return "passed"
+
+    @property
+    def origin(self) -> float:
+        """Time zero of the charts and timelines: the first phase's start, else the run's."""
+        return self.t0 or self.started_at
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            data.pop("verdict", None)  # computed
+            if data.get("format") == 1:
+                data = _from_format_1(data)
+        return data
+
+    def write(self, path: Path) -> None:
+        """Write the journal as JSON (secrets in it masked by the caller)."""
+        path.write_text(self.model_dump_json(indent=1))
+
+    @classmethod
+    def read(cls, path: Path) -> Journal:
+        """The journal at ``path`` (a ``journal.json``, or the run directory holding it)."""
+        if path.is_dir():
+            path = path / "journal.json"
+        return cls.model_validate(json.loads(path.read_text()))
+
+
+def _from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 had a verdict instead of status + deviated, and three words for rollbacks."""
+    verdict = data.get("verdict")
+    status = data.get("status", "completed")
+    errors = data.pop("revert_errors", []) or []
+    data["format"] = FORMAT
+    data["status"] = "failed" if status == "completed" and errors else status
+    data["deviated"] = any(not c.get("passed") for c in data.get("checks", [])) or (
+        verdict == "failed" and not errors
+    )
+    data["rollbacks"] = {"failed": errors, "swept": data.pop("leftovers_removed", []) or []}
+    for fault in data.get("faults", []):
+        fault["rollback"] = fault.pop("revert", None)
+    return data

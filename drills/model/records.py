@@ -1,0 +1,61 @@
+"""One record per request the load sent: the schema the load process writes and every check
+reads (``records.jsonl`` in the run directory, ``Journal.records``).
+
+Times are seconds; ``start`` is the epoch time the request was sent, the others are measured
+from it with a monotonic clock. A record is written whatever happened to the request: an error
+is a record with ``error`` set, never a missing line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Record"]
+
+
+class Record(BaseModel):
+    """One request, as the client saw it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: float
+    """Epoch seconds when the request was sent."""
+    ttft: float | None = None
+    """Time to the first content token (streamed) or to the whole answer (not streamed)."""
+    itl: list[float] = Field(default_factory=list)
+    """Gaps between consecutive content tokens (streamed answers)."""
+    e2e: float | None = None
+    """Time to the end of the answer (or of the failure)."""
+    status: int = 0
+    """The HTTP status; 0 when no answer came (connection refused, client timeout)."""
+    error: str | None = None
+    """Why the request failed, as the client saw it; ``None`` when it did not."""
+    tokens: int = 0
+    fallback: bool = False
+    """The answer was the stack's fallback (by text or by the route header)."""
+    route: str | None = None
+    """The gateway's route header (``x-drills-route``), when it sends one."""
+    upstream: str | None = None
+    """The upstream the gateway says served it (``x-drills-upstream``)."""
+    trace_id: str
+    text: str = ""
+    """The first 300 characters of the answer."""
+    endpoint: str = "chat"
+    """``chat``, ``rag`` or ``agent``."""
+    missing_context: bool | None = None
+    """RAG answers: the answer declared it had no retrieved context."""
+    agent_status: str | None = None
+    context_ids: list[str | None] | None = None
+    phase: str | None = None
+    """The phase the request counts in (set by the runner: by its start time)."""
+
+    @classmethod
+    def begin(cls, trace_id: str, endpoint: str) -> Record:
+        """A request about to be sent."""
+        return cls(start=time.time(), trace_id=trace_id, endpoint=endpoint)
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != 200 or bool(self.error)
