@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, Literal
@@ -127,7 +128,9 @@ def register(family: CheckFamily) -> None:
     _EXTRA.append(family)
 
 
-def _plugins() -> list[CheckFamily]:
+@lru_cache(maxsize=1)
+def _plugins() -> tuple[CheckFamily, ...]:
+    """The ``drills.checks`` entry points, loaded once per process."""
     found = []
     for entry in entry_points(group="drills.checks"):
         family = entry.load()
@@ -137,7 +140,7 @@ def _plugins() -> list[CheckFamily]:
                 f"{type(family).__name__}, not a drills.check_registry.CheckFamily"
             )
         found.append(family)
-    return found
+    return tuple(found)
 
 
 def families() -> list[CheckFamily]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drills.check_registry import families
 from drills.common.errors import InputError
 from drills.common.stats import percentile
 from drills.common.units import format_duration
@@ -17,7 +18,7 @@ from drills.model.journal import CheckResult, FaultRecord, Probe
 from drills.model.records import Record
 from drills.scenario import Check, Scenario, bound_value
 
-__all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile"]
+__all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile", "result"]
 
 
 def is_error(record: Record) -> bool:
@@ -69,19 +70,17 @@ def _verdict(check: Check, observed: float) -> bool:
 
 
 def _fmt(value: float, family: str) -> str:
-    if family in (
-        "latency",
-        "breaker_opened_within",
-        "recovered_within",
-        "replacement_ready_within",
-    ):
-        return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
-    if family in ("rate", "missing_context_share", "retrieval_recall"):
-        return f"{value:.3f}"
+    """``value`` as a person reads it, by what the family's bounds compare with."""
     if family == "retry_amplification":
         return f"{value:.2f} attempts/request"
     if family == "throughput":
         return f"{value:.2f} req/s"
+    found = next((f for f in families() if f.family == family), None)
+    bounds = found.bounds if found else "number"
+    if bounds == "duration":
+        return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
+    if bounds == "share":
+        return f"{value:.3f}"
     return f"{value:g}"
 
 
@@ -125,6 +124,15 @@ def _result(
         samples=samples,
         runbook=runbook,
     )
+
+
+def result(
+    check: Check, family: str, observed: float | None, samples: int, reason: str = ""
+) -> CheckResult:
+    """The result of ``check`` given what was ``observed`` (``None``: no data, a failure),
+    judged against its bounds, with a reason a person can act on. For check families of
+    plugins as well as the built-in ones."""
+    return _result(check, family, observed, samples, reason)
 
 
 def check_latency(check: Check, ev: Evaluation) -> CheckResult:

@@ -162,6 +162,12 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = commands.add_parser("report", help="re-render the reports of a run from its journal")
     rep.add_argument("run_dir", type=Path)
+
+    schema = commands.add_parser(
+        "schema",
+        help="print the JSON Schema of a scenario file or a journal (for editors and tools)",
+    )
+    schema.add_argument("what", choices=["scenario", "journal"])
     return parser
 
 
@@ -244,6 +250,9 @@ def _run(args: argparse.Namespace) -> int:
         if problems:
             raise ConfigError(problems)
         print(f"{len(args.scenarios)} scenario file(s) valid")
+        return EXIT_OK
+    if args.command == "schema":
+        print(json.dumps(_schema(args.what), indent=2))
         return EXIT_OK
     if args.command == "report":
         from reports import render_all
@@ -497,6 +506,19 @@ def _run_drill(args: argparse.Namespace) -> int:
     print(f"verdict: {journal.verdict}")
     print(f"report: {Path(journal.run_dir) / 'index.html'}")
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+
+
+def _schema(what: str) -> dict[str, object]:
+    """The JSON Schema of ``what``: the scenario's with every fault kind and check known in
+    this environment (plugins' included), or the journal's."""
+    if what == "scenario":
+        from drills.scenario import scenario_schema
+
+        return scenario_schema()
+    schema = Journal.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"drills journal (format {FORMAT})"
+    return schema
 
 
 def _read_journal(path: Path) -> Journal:

@@ -12,10 +12,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    create_model,
+    model_validator,
+)
 
 from drills.check_registry import CheckFamily, family_of, known_checks
 from drills.common.errors import ConfigError
@@ -24,17 +33,21 @@ from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_mo
 from drills.references import scenario_references
 
 __all__ = [
+    "BUILTIN_FAULTS",
     "AbortCondition",
     "Attach",
     "Check",
     "FallbackRule",
     "Fault",
+    "FaultSpec",
     "LoadConfig",
     "Phase",
     "Scenario",
     "check_targets",
     "expand_env",
+    "fault_models",
     "load_scenario",
+    "scenario_schema",
 ]
 
 Loc = tuple[str | int, ...]
@@ -47,23 +60,32 @@ def expand_env(value: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Attribute docstrings become the schema's descriptions (hover text in an editor).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 # -- faults ---------------------------------------------------------------------------------
 
 
-class _FaultBase(_Model):
+class FaultSpec(_Model):
+    """The fields every fault has. A fault family's model subclasses it and narrows ``kind``
+    to its own ``Literal``; a third-party family does the same and names the model as the
+    ``spec`` attribute of its injector (``injectors.base``), so that its faults validate, with
+    file:line errors, exactly like the built-in ones."""
+
+    kind: str
     target: str = Field(min_length=1)
     at: Duration = 0.0
     """Offset from the start of the phase."""
     for_: Duration | None = Field(default=None, alias="for")
     """How long the fault lasts; by default until the phase ends."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
 
-class _ToxicBase(_FaultBase):
+class _ToxicBase(FaultSpec):
     """A Toxiproxy fault; ``target`` is the proxy (a hop of the stack: vllm-0, backup, ...)."""
 
     stream: Literal["upstream", "downstream"] = "downstream"
@@ -150,7 +172,7 @@ class LimitDataFault(_ToxicBase):
         return {"bytes": self.bytes}
 
 
-class ProcessKillFault(_FaultBase):
+class ProcessKillFault(FaultSpec):
     """Kill a component of the embedded stack (``target``: vllm-0, vllm-1, gateway, ...), its
     whole process group, the way a node loss or an OOM kill takes it. The supervisor brings a
     replacement up; the window (``for``, or the rest of the phase) is the time the drill watches
@@ -162,7 +184,7 @@ class ProcessKillFault(_FaultBase):
     """With SIGTERM: how long the process may take to exit before SIGKILL follows."""
 
 
-class ProcessFreezeFault(_FaultBase):
+class ProcessFreezeFault(FaultSpec):
     """Freeze a component (SIGSTOP on its process group): the hung worker that still holds its
     port and its connections. Thawed (SIGCONT) when the window ends."""
 
@@ -174,7 +196,7 @@ KILL_KINDS = ("process.kill", "docker.kill", "docker.stop", "kubernetes.delete_p
 """Faults whose target is replaced by the orchestrator (``replacement_ready_within``)."""
 
 
-class DockerFault(_FaultBase):
+class DockerFault(FaultSpec):
     """A fault on containers. ``target`` selects them: a container name, or
     ``label:KEY=VALUE[,KEY=VALUE]``; ``mode`` says how many of those matched are hit."""
 
@@ -215,7 +237,7 @@ class DockerFault(_FaultBase):
         return self
 
 
-class GpuMemoryPressureFault(_FaultBase):
+class GpuMemoryPressureFault(FaultSpec):
     """Hold ``share`` of GPU ``target``'s memory (a device index) for the window: the KV cache
     squeezed by another tenant. Released on revert."""
 
@@ -224,7 +246,7 @@ class GpuMemoryPressureFault(_FaultBase):
     share: float = Field(gt=0, le=0.95)
 
 
-class ToolSaturateFault(_FaultBase):
+class ToolSaturateFault(FaultSpec):
     """Flood MCP tool ``target`` (``search_kb``, ...) with ``concurrency`` calls at once for the
     window, as another tenant's agents would; stopped on revert."""
 
@@ -241,7 +263,7 @@ class ToolSaturateFault(_FaultBase):
     """The tool server (default: the embedded stack's ``tools`` component)."""
 
 
-class KubernetesFault(_FaultBase):
+class KubernetesFault(FaultSpec):
     """A fault on a Kubernetes cluster. ``target`` is, by kind: a label selector of the pods to
     delete (``app=vllm,role=primary``), the node to cordon or drain, the deployment to scale.
     Namespaces and contexts must be allowed (the scenario's ``kubernetes`` section and the
@@ -287,23 +309,52 @@ class KubernetesScope(_Model):
     allowed_contexts: list[str] = Field(min_length=1)
 
 
-Fault = Annotated[
-    ToolSaturateFault
-    | GpuMemoryPressureFault
-    | KubernetesFault
-    | ProcessKillFault
-    | ProcessFreezeFault
-    | DockerFault
-    | LatencyFault
-    | DownFault
-    | TimeoutFault
-    | BandwidthFault
-    | ResetPeerFault
-    | SlowCloseFault
-    | SlicerFault
-    | LimitDataFault,
-    Field(discriminator="kind"),
-]
+BUILTIN_FAULTS: tuple[type[FaultSpec], ...] = (
+    ToolSaturateFault,
+    GpuMemoryPressureFault,
+    KubernetesFault,
+    ProcessKillFault,
+    ProcessFreezeFault,
+    DockerFault,
+    LatencyFault,
+    DownFault,
+    TimeoutFault,
+    BandwidthFault,
+    ResetPeerFault,
+    SlowCloseFault,
+    SlicerFault,
+    LimitDataFault,
+)
+"""The fault models of the built-in families; plugins add theirs (``fault_models``)."""
+
+
+def fault_models() -> tuple[type[FaultSpec], ...]:
+    """Every fault model a scenario may use: the built-in ones and those of the injectors that
+    plugins register (``injectors.base.plugin_specs``)."""
+    from injectors.base import plugin_specs
+
+    extra = [m for m in plugin_specs() if isinstance(m, type) and issubclass(m, FaultSpec)]
+    return (*BUILTIN_FAULTS, *(m for m in extra if m not in BUILTIN_FAULTS))
+
+
+@lru_cache(maxsize=8)
+def _fault_adapter(models: tuple[type[FaultSpec], ...]) -> TypeAdapter[Any]:
+    union: Any = Annotated[Union[models], Field(discriminator="kind")]  # noqa: UP007
+    return TypeAdapter(union)
+
+
+def _validate_fault(value: Any) -> FaultSpec:
+    # The union is assembled when a scenario is validated, not when this module is imported:
+    # a plugin's fault kind validates exactly like a built-in one.
+    if isinstance(value, FaultSpec):
+        return value
+    fault: FaultSpec = _fault_adapter(fault_models()).validate_python(value)
+    return fault
+
+
+Fault = Annotated[FaultSpec, PlainValidator(_validate_fault)]
+"""One fault of a phase: a model of ``fault_models()``, chosen by its ``kind``."""
+
 
 # -- load -----------------------------------------------------------------------------------
 
@@ -330,7 +381,9 @@ class SpikeShape(_Model):
     at: Duration
     for_: Duration = Field(alias="for")
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
 
 class LoadConfig(_Model):
@@ -487,7 +540,9 @@ class AbortCondition(_Model):
     for_: Duration = Field(default=10.0, alias="for")
     min_requests: int = Field(default=3, ge=1)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
 
 class Attach(_Model):
@@ -680,3 +735,23 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
         hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
         check_targets(scenario, doc, hops, config.component_names)
     return scenario, doc
+
+
+def scenario_schema() -> dict[str, Any]:
+    """The JSON Schema of a scenario file, with every fault kind known now (plugins'
+    included) in place of the open ``inject`` items."""
+    union: Any = Annotated[Union[fault_models()], Field(discriminator="kind")]  # noqa: UP007
+    phase = create_model(
+        "Phase",
+        __base__=Phase,
+        inject=(list[union], Field(default_factory=list)),
+    )
+    scenario = create_model(
+        "Scenario",
+        __base__=Scenario,
+        phases=(list[phase], Field(min_length=1)),  # type: ignore[valid-type]
+    )
+    schema = scenario.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "drills scenario"
+    return schema

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "build",
     "factory_for",
     "known_kinds",
+    "plugin_specs",
     "register",
     "revert_entry",
 ]
@@ -157,7 +159,9 @@ def register(kind: str, factory: Factory) -> None:
     _EXTRA[kind] = factory
 
 
+@lru_cache(maxsize=1)
 def _plugins() -> dict[str, Any]:
+    """The ``drills.injectors`` entry points, read once per process."""
     return {e.name: e for e in entry_points(group="drills.injectors")}
 
 
@@ -179,6 +183,15 @@ def factory_for(kind: str) -> Factory:
         raise InputError(f"no injector for fault kind {kind!r}; known: {', '.join(known_kinds())}")
     loaded: Factory = plugin.load()
     return loaded
+
+
+def plugin_specs() -> list[Any]:
+    """The fault models (``spec``) of the injectors registered here or by entry point; the
+    built-in families' models are the scenario's own (``drills.scenario.BUILTIN_FAULTS``)."""
+    specs = [getattr(f, "spec", None) for f in _EXTRA.values()]
+    for entry in _plugins().values():
+        specs.append(getattr(entry.load(), "spec", None))
+    return [s for s in specs if s is not None]
 
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:

@@ -206,3 +206,35 @@ def test_a_latency_bound_of_zero_can_never_be_met(tmp_path: Path) -> None:
     assert text != LATENCY
     [problem] = problems(load_scenario, write(tmp_path, text))
     assert "below 0s can never be met: a duration is 0s or more" in problem
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_scenarios_validate_against_the_published_schema(path: Path) -> None:
+    # What an editor's YAML language server checks with `drills schema scenario`.
+    import jsonschema
+    import yaml
+
+    from drills.scenario import scenario_schema
+
+    jsonschema.Draft202012Validator(scenario_schema()).validate(yaml.safe_load(path.read_text()))
+
+
+def test_the_published_schema_refuses_what_the_loader_refuses() -> None:
+    import jsonschema
+
+    from drills.scenario import scenario_schema
+
+    validator = jsonschema.Draft202012Validator(scenario_schema())
+    data = yaml_of(LATENCY)
+    data["phases"][1]["inject"][0]["kind"] = "gpu_oom"
+    assert not validator.is_valid(data)
+    data = yaml_of(LATENCY)
+    data["load"]["warmup"] = 10  # a duration without its unit
+    assert not validator.is_valid(data)
+
+
+def yaml_of(text: str) -> dict:
+    import yaml
+
+    data: dict = yaml.safe_load(text)
+    return data

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
 __all__ = ["Duration", "Size", "format_duration", "parse_duration", "parse_size"]
 
@@ -72,6 +72,13 @@ Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)\s*$",
+            "description": "a duration with its unit: 200ms, 30s, 2m, 1h",
+        }
+    ),
 ]
 """Seconds as a float, written in YAML with a unit."""
 
@@ -79,5 +86,12 @@ Size = Annotated[
     int,
     BeforeValidator(parse_size),
     PlainSerializer(lambda n: f"{n}B", return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|KiB|MiB|GiB)\s*$",
+            "description": "a size with its unit: 512KiB, 1GiB",
+        }
+    ),
 ]
 """Bytes as an int, written in YAML with a unit."""
