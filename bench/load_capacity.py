@@ -22,7 +22,7 @@ from pathlib import Path
 from benchlib import free_port, wait_until_up
 
 from drills.load import LoadProcess, RecordReader
-from drills.scenario import FallbackRule, LoadConfig
+from drills.model.scenario import FallbackRule, LoadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,9 +72,9 @@ def main() -> None:
                 began = time.time()
                 time.sleep(args.seconds)
                 process.stop()
-                done = [r for r in reader.read_new() if began <= r["start"] < began + args.seconds]
-            ok = [r for r in done if not r.get("error")]
-            ttft = [r["ttft"] * 1000 for r in ok if r.get("ttft") is not None]
+                done = [r for r in reader.read_new() if began <= r.start < began + args.seconds]
+            ok = [r for r in done if not r.error]
+            ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
             if not ttft:
                 print(f"{users:>6} no successful requests")
                 continue

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 
 from drills.load import LoadProcess, RecordReader
+from drills.model.scenario import FallbackRule, LoadConfig
 from drills.probes import parse_samples
-from drills.scenario import FallbackRule, LoadConfig
 from stack.config import load_stack_config
 from stack.state import default_state_dir
 
@@ -84,14 +84,14 @@ def main() -> None:
             process.stop()  # lets requests in flight finish (Locust's stop timeout)
             time.sleep(1)
             after = scrape(f"{engine}/metrics")
-            done = [r for r in RecordReader(records).read_new() if not r.get("error")]
+            done = [r for r in RecordReader(records).read_new() if not r.error]
         n = (
             after["vllm:e2e_request_latency_seconds_count"]
             - before["vllm:e2e_request_latency_seconds_count"]
         )
 
-        ttft = [r["ttft"] * 1000 for r in done if r.get("ttft") is not None]
-        e2e = [r["e2e"] * 1000 for r in done]
+        ttft = [r.ttft * 1000 for r in done if r.ttft is not None]
+        e2e = [r.e2e * 1000 for r in done if r.e2e is not None]
         vt, ve = (mean(after, before, m) for m in METRICS)
         print(
             f"{users:>5} {len(done):>4} | {statistics.mean(ttft):17.1f} {vt:9.1f} "

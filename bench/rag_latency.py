@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from drills.checks import percentile
-from drills.retrieval import load_queries
+from drills.probes.retrieval import load_queries
 from stack import control
 from stack.config import StackConfig, load_stack_config
 from stack.rag.clients import TritonEmbedder, make_store

@@ -28,8 +28,8 @@ from drills.model.journal import FORMAT, Journal
 
 if TYPE_CHECKING:
     from drills.common.yamlsrc import YamlDocument
-    from drills.runner import RunOptions
-    from drills.scenario import Scenario
+    from drills.engine.runner import RunOptions
+    from drills.model.scenario import Scenario
 
 __all__ = ["main"]
 
@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
             print("stack stopped" if stopped else "no stack was running")
             return EXIT_OK
     if args.command == "validate":
-        from drills.runner import validate_only
+        from drills.engine.runner import validate_only
 
         problems = validate_only(args.scenarios)
         if problems:
@@ -293,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"noted in {day['what']} ({day['run_dir']})")
         return EXIT_OK
     if args.command == "abort":
-        from drills.safety import request_abort
+        from drills.engine.safety import request_abort
 
         runs = request_abort(args.run_id, args.reason)
         if not runs:
@@ -306,9 +306,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
-    from drills.runner import RunOptions
-    from drills.safety import load_policy
-    from drills.scenario import Attach
+    from drills.engine.runner import RunOptions
+    from drills.engine.safety import load_policy
+    from drills.model.scenario import Attach
 
     if bool(args.gateway) != bool(args.toxiproxy):
         raise InputError("--gateway and --toxiproxy go together (attach to a running stack)")
@@ -343,7 +343,7 @@ def _print_plan(scenario: Scenario, doc: YamlDocument, options: RunOptions, as_j
 
 def _gate(args: argparse.Namespace) -> int:
     from drills.gate import collect_scenarios, run_gate, validate_all, write_gate_reports
-    from drills.scenario import load_scenario
+    from drills.model.scenario import load_scenario
 
     if args.concurrency < 1:
         raise InputError(f"--concurrency: {args.concurrency}; expected 1 or more")
@@ -429,7 +429,7 @@ def _gameday(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from drills.retrieval import RecallProbe, load_queries
+    from drills.probes.retrieval import RecallProbe, load_queries
     from stack.config import load_stack_config
     from stack.state import default_state_dir
 
@@ -491,8 +491,8 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _run_drill(args: argparse.Namespace) -> int:
-    from drills.runner import Runner
-    from drills.scenario import load_scenario
+    from drills.engine.runner import Runner
+    from drills.model.scenario import load_scenario
 
     options = _options(args)
     scenario, doc = load_scenario(args.scenario)
@@ -512,7 +512,7 @@ def _schema(what: str) -> dict[str, object]:
     """The JSON Schema of ``what``: the scenario's with every fault kind and check known in
     this environment (plugins' included), or the journal's."""
     if what == "scenario":
-        from drills.scenario import scenario_schema
+        from drills.model.scenario import scenario_schema
 
         return scenario_schema()
     schema = Journal.model_json_schema(mode="serialization")

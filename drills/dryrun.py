@@ -11,14 +11,14 @@ from typing import Any
 from drills.common.errors import SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
-from drills.runner import RunOptions, attach_of, attach_urls
-from drills.safety import (
+from drills.engine.runner import RunOptions, attach_of, attach_urls
+from drills.engine.safety import (
     SafetyPolicy,
     check_scenario,
     fault_windows,
     kubernetes_scope,
 )
-from drills.scenario import Scenario
+from drills.model.scenario import Scenario
 
 __all__ = ["describe", "dry_run"]
 

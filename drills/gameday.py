@@ -34,9 +34,9 @@ from drills.common.errors import ConfigError, KillSwitch, SafetyViolation
 from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
-from drills.runner import Runner, RunOptions, attach_of, attach_urls
-from drills.safety import abort_request, check_scenario, register_run, runs_dir
-from drills.scenario import Attach, Scenario, load_scenario
+from drills.engine.runner import Runner, RunOptions, attach_of, attach_urls
+from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
+from drills.model.scenario import Attach, Scenario, load_scenario
 
 __all__ = [
     "Answer",
@@ -297,7 +297,7 @@ class GameDay:
 
     def check(self) -> None:
         """Everything the day will run, against the safety policy, before anything starts."""
-        from drills.safety import load_policy
+        from drills.engine.safety import load_policy
 
         policy = self.options.safety or load_policy()
         problems: list[str] = []

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
+from drills.engine.runner import RunOptions, attach_of, attach_urls
+from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
-from drills.runner import RunOptions, attach_of, attach_urls
-from drills.safety import SafetyPolicy, check_scenario
-from drills.scenario import Scenario, load_scenario
+from drills.model.scenario import Scenario, load_scenario
 
 __all__ = ["GateResult", "collect_scenarios", "run_gate", "validate_all"]
 

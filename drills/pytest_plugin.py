@@ -30,10 +30,10 @@ import pytest
 
 from drills.common.errors import DrillFailed, DrillsError, InputError
 from drills.common.yamlsrc import YamlDocument
+from drills.engine.runner import Runner, RunOptions
+from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
-from drills.runner import Runner, RunOptions
-from drills.safety import load_policy
-from drills.scenario import Attach, Scenario, load_scenario
+from drills.model.scenario import Attach, Scenario, load_scenario
 
 __all__ = ["DrillFailed", "DrillOutcome", "DrillSession"]
 

@@ -187,7 +187,7 @@ def factory_for(kind: str) -> Factory:
 
 def plugin_specs() -> list[Any]:
     """The fault models (``spec``) of the injectors registered here or by entry point; the
-    built-in families' models are the scenario's own (``drills.scenario.BUILTIN_FAULTS``)."""
+    built-in families' models are the scenario's own (``drills.model.scenario.BUILTIN_FAULTS``)."""
     specs = [getattr(f, "spec", None) for f in _EXTRA.values()]
     for entry in _plugins().values():
         specs.append(getattr(entry.load(), "spec", None))

@@ -16,7 +16,7 @@ from typing import Any
 
 from drills.common.errors import RevertError, ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
-from drills.scenario import DownFault
+from drills.model.scenario import DownFault
 from injectors.base import InjectionContext
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]

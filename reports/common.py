@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from drills.common.stats import percentile
 from drills.model.journal import Journal
-from drills.references import check_link
+from drills.model.references import check_link
 
 __all__ = ["fmt_seconds", "runbook_link", "series"]
 

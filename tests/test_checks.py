@@ -9,7 +9,7 @@ import pytest
 from drills.checks import Evaluation, evaluate, percentile
 from drills.model.journal import FaultRecord, Probe
 from drills.model.records import Record
-from drills.scenario import Check, Scenario
+from drills.model.scenario import Check, Scenario
 
 T0 = 1_800_000_000.0
 

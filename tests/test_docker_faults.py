@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from drills.common.errors import InjectionFailed, SafetyViolation
-from drills.ledger import Ledger
-from drills.scenario import DockerFault
+from drills.engine.ledger import Ledger
+from drills.model.scenario import DockerFault
 from injectors.base import InjectionContext, build
 from tests.docker_env import IMAGE, NETWORK, DockerEnv
 

@@ -18,9 +18,9 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from drills.common.system import pid_alive
-from drills.ledger import Ledger
-from drills.runner import Runner, RunOptions
-from drills.scenario import Attach, load_scenario
+from drills.engine.ledger import Ledger
+from drills.engine.runner import Runner, RunOptions
+from drills.model.scenario import Attach, load_scenario
 from stack.config import load_stack_config
 from tests.conftest import LiveGateway, RunningStack
 

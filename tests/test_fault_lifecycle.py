@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from drills.common.errors import InjectionFailed, RevertError
-from drills.faults import FaultLifecycle, FaultRun, parallel
-from drills.ledger import Ledger
+from drills.engine.faults import FaultLifecycle, FaultRun, parallel
+from drills.engine.ledger import Ledger
 from injectors import Injector
 
 

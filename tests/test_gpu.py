@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from drills.checks import Evaluation, evaluate
-from drills.runner import Runner, RunOptions
-from drills.scenario import Attach, Check, GpuMemoryPressureFault, load_scenario
+from drills.engine.runner import Runner, RunOptions
+from drills.model.scenario import Attach, Check, GpuMemoryPressureFault, load_scenario
 from injectors.base import InjectionContext, build
 from injectors.gpu import GpuUnavailable, gpu_samples, nvml_status
 from tests.conftest import RunningStack

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drills.common.errors import ConfigError
-from drills.scenario import load_scenario
+from drills.model.scenario import load_scenario
 from tests.conftest import RunningStack, drills_cli, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent

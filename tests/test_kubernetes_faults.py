@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from drills.common.errors import ConfigError, SafetyViolation
-from drills.scenario import KubernetesFault, load_scenario
+from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env
@@ -173,8 +173,8 @@ def test_cordon_drain_and_scale_are_reverted(kube: Kube) -> None:
 def test_a_drill_deletes_the_pod_and_measures_its_replacement(
     kube: Kube, stack: object, tmp_path: Path
 ) -> None:
-    from drills.runner import Runner, RunOptions
-    from drills.scenario import Attach
+    from drills.engine.runner import Runner, RunOptions
+    from drills.model.scenario import Attach
 
     data = yaml.safe_load((ROOT / "tests" / "scenarios" / "short-pod-loss-k8s.yaml").read_text())
     data["kubernetes"]["kubeconfig"] = str(kube.kubeconfig)

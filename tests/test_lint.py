@@ -9,7 +9,7 @@ import yaml
 
 from drills.checks import Evaluation, evaluate
 from drills.lint import lint_stack
-from drills.scenario import Check, load_scenario
+from drills.model.scenario import Check, load_scenario
 from tests.conftest import PROFILES, drills_cli
 
 ROOT = Path(__file__).resolve().parent.parent

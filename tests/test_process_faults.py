@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from drills.common.errors import InjectionFailed
-from drills.ledger import Ledger
-from drills.runner import Runner, RunOptions
-from drills.scenario import Attach, ProcessFreezeFault, load_scenario
+from drills.engine.ledger import Ledger
+from drills.engine.runner import Runner, RunOptions
+from drills.model.scenario import Attach, ProcessFreezeFault, load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control

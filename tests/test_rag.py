@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from drills.common.system import pid_alive
 from drills.common.toxiproxy import Toxic, ToxiproxyClient
 from drills.probes import parse_samples
-from drills.retrieval import RecallProbe
+from drills.probes.retrieval import RecallProbe
 from injectors import InjectionContext, build
 from injectors.tool import revert_entry
 from stack.rag.clients import first_leaf
@@ -329,7 +329,7 @@ def test_a_crashed_agent_task_resumes_where_it_stopped(
 def test_tool_saturate_floods_within_its_bound_and_stops_on_revert(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    from drills.scenario import ToolSaturateFault
+    from drills.model.scenario import ToolSaturateFault
 
     fault = ToolSaturateFault.model_validate(
         {"kind": "tool.saturate", "target": "search_kb", "concurrency": 8}

@@ -7,7 +7,7 @@ from typing import Any
 from drills.checks import Evaluation, evaluate
 from drills.model.journal import Probe
 from drills.model.records import Record
-from drills.scenario import Check, Scenario
+from drills.model.scenario import Check, Scenario
 
 T0 = 1_800_000_000.0
 PHASES = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}

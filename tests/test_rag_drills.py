@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from drills.runner import Runner, RunOptions
-from drills.scenario import Attach, load_scenario
+from drills.engine.runner import Runner, RunOptions
+from drills.model.scenario import Attach, load_scenario
 from stack.config import load_stack_config
 from tests.conftest import LiveGateway, RunningStack
 

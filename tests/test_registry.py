@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 from drills.common.errors import InputError
-from drills.scenario import BUILTIN_FAULTS
+from drills.model.scenario import BUILTIN_FAULTS
 from injectors.base import BUILTIN, Injector, factory_for, known_kinds
 
 
@@ -48,13 +48,13 @@ def test_injector_protocol_is_checked_at_runtime() -> None:
 
 
 def test_every_builtin_check_family_has_its_evaluator() -> None:
-    from drills import checks
-    from drills.check_registry import BUILTIN as CHECK_FAMILIES
-    from drills.check_registry import family_of
+    from drills.model.check_families import BUILTIN as CHECK_FAMILIES
+    from drills.model.check_families import family_of
 
     for family in CHECK_FAMILIES:
         assert isinstance(family.evaluator, str)
-        assert callable(getattr(checks, family.evaluator.partition(":")[2])), family.family
+        module, _, name = family.evaluator.partition(":")
+        assert callable(getattr(importlib.import_module(module), name)), family.family
     assert family_of("ttft.p99").family == "latency"  # type: ignore[union-attr]
     assert family_of("e2e.p42") is None
     assert family_of("error_rate").limits == (0.0, 1.0)  # type: ignore[union-attr]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from drills.common.errors import SafetyViolation
-from drills.safety import SafetyPolicy, check_scenario, load_policy
-from drills.scenario import load_scenario
+from drills.engine.safety import SafetyPolicy, check_scenario, load_policy
+from drills.model.scenario import load_scenario
 from tests.conftest import RunningStack, drills_cli, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent

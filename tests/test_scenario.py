@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.scenario import load_scenario
+from drills.model.scenario import load_scenario
 from tests.helpers import problems
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def test_shipped_scenarios_validate_against_the_published_schema(path: Path) -> 
     import jsonschema
     import yaml
 
-    from drills.scenario import scenario_schema
+    from drills.model.scenario import scenario_schema
 
     jsonschema.Draft202012Validator(scenario_schema()).validate(yaml.safe_load(path.read_text()))
 
@@ -222,7 +222,7 @@ def test_shipped_scenarios_validate_against_the_published_schema(path: Path) -> 
 def test_the_published_schema_refuses_what_the_loader_refuses() -> None:
     import jsonschema
 
-    from drills.scenario import scenario_schema
+    from drills.model.scenario import scenario_schema
 
     validator = jsonschema.Draft202012Validator(scenario_schema())
     data = yaml_of(LATENCY)

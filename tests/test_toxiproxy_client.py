@@ -222,7 +222,7 @@ def test_removal_stuck_in_stock_toxiproxy_falls_back_to_recreating_the_proxy(
 def test_every_toxic_kind_lands_with_its_attributes_and_reverts(
     toxiproxy: ToxiproxyClient, upstream: TrickleServer, fault: dict, attributes: dict
 ) -> None:
-    from drills.scenario import Phase
+    from drills.model.scenario import Phase
     from injectors import InjectionContext, build
 
     _make_proxy(toxiproxy, upstream)
@@ -247,7 +247,7 @@ def test_every_toxic_kind_lands_with_its_attributes_and_reverts(
 def test_down_fault_disables_the_hop_and_reverts(
     toxiproxy: ToxiproxyClient, upstream: TrickleServer
 ) -> None:
-    from drills.scenario import Phase
+    from drills.model.scenario import Phase
     from injectors import InjectionContext, build
 
     proxy = _make_proxy(toxiproxy, upstream)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from drills.common.redact import redact_url
 from drills.model.records import Record
-from drills.references import read_prompts
-from drills.scenario import FallbackRule, LoadConfig, expand_env
+from drills.model.references import read_prompts
+from drills.model.scenario import FallbackRule, LoadConfig, expand_env
 
 __all__ = ["LoadProcess", "RecordReader", "load_prompts"]
 

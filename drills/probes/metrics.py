@@ -1,7 +1,7 @@
 """Probes: Prometheus scrapes of the stack's parts on an interval, kept for the journal.
 
 A source is a metrics URL, or a callable that returns samples itself (the retrieval recall
-probe, ``drills.retrieval``); ``every`` slows a source down to its own interval."""
+probe, ``drills.probes.retrieval``); ``every`` slows a source down to its own interval."""
 
 from __future__ import annotations
 

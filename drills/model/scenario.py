@@ -26,11 +26,11 @@ from pydantic import (
     model_validator,
 )
 
-from drills.check_registry import CheckFamily, family_of, known_checks
 from drills.common.errors import ConfigError
 from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
-from drills.references import scenario_references
+from drills.model.check_families import CheckFamily, family_of, known_checks
+from drills.model.references import scenario_references
 
 __all__ = [
     "BUILTIN_FAULTS",

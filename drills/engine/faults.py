@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drills.common.errors import RevertError
-from drills.ledger import Ledger
+from drills.engine.ledger import Ledger
 from drills.model.journal import FaultRecord
 from injectors import Injector
 

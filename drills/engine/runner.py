@@ -33,8 +33,17 @@ from drills.common.errors import ConfigError, Interrupted, KillSwitch, StackErro
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
-from drills.faults import FaultLifecycle, FaultRun, parallel
-from drills.ledger import Ledger
+from drills.engine.faults import FaultLifecycle, FaultRun, parallel
+from drills.engine.ledger import Ledger
+from drills.engine.safety import (
+    SafetyPolicy,
+    abort_request,
+    check_scenario,
+    fault_windows,
+    kubernetes_scope,
+    load_policy,
+    register_run,
+)
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.model.journal import (
     Journal,
@@ -46,17 +55,8 @@ from drills.model.journal import (
     TimelineEvent,
 )
 from drills.model.records import Record
+from drills.model.scenario import Attach, Scenario, check_targets
 from drills.probes import Prober
-from drills.safety import (
-    SafetyPolicy,
-    abort_request,
-    check_scenario,
-    fault_windows,
-    kubernetes_scope,
-    load_policy,
-    register_run,
-)
-from drills.scenario import Attach, Scenario, check_targets
 from injectors import InjectionContext, Observer, Preflight, build
 
 __all__ = ["Interrupted", "RunOptions", "Runner", "StackEndpoints", "resolve_stack"]
@@ -82,7 +82,7 @@ class RunOptions:
     ledger: Path | None = None
     progress: Callable[[str], None] | None = None
     safety: SafetyPolicy | None = None
-    """The safety policy; ``None`` loads it from its usual places (see ``drills.safety``)."""
+    """The safety policy; ``None`` loads it from its usual places (see ``drills.engine.safety``)."""
     stack_config: str | None = None
     """The attached stack's config file, for ``stack_lint`` (a profile's is known already)."""
 
@@ -492,7 +492,7 @@ class Runner:
         self, prober: Prober, state_dir: Path | None, endpoints: StackEndpoints
     ) -> dict[str, Any] | None:
         """Add the recall probe to ``prober`` when the drill asks for it; its status."""
-        from drills.retrieval import RecallProbe, load_queries
+        from drills.probes.retrieval import RecallProbe, load_queries
         from stack.config import load_stack_config
 
         scenario = self.scenario
@@ -673,7 +673,7 @@ class Runner:
 
 def validate_only(paths: list[Path]) -> list[str]:
     """Problems of each scenario file (empty when all are valid); touches nothing."""
-    from drills.scenario import load_scenario
+    from drills.model.scenario import load_scenario
 
     problems: list[str] = []
     for path in paths:

@@ -87,36 +87,42 @@ class CheckFamily:
         return fn(check, evaluation)
 
 
-def _builtin(name: str, bounds: BoundKind, **kw: Any) -> CheckFamily:
-    return CheckFamily(name, f"drills.checks:check_{name}", bounds, names=(name,), **kw)
+def _builtin(name: str, module: str, bounds: BoundKind, **kw: Any) -> CheckFamily:
+    """A family with one check of its own name, evaluated by ``drills.checks.MODULE``."""
+    evaluator = f"drills.checks.{module}:check_{name}"
+    return CheckFamily(name, evaluator, bounds, names=(name,), **kw)
 
 
 BUILTIN: tuple[CheckFamily, ...] = (
     CheckFamily(
         "latency",
-        "drills.checks:check_latency",
+        "drills.checks.latency:check_latency",
         "duration",
         pattern=r"(ttft|itl|e2e)\.p(50|75|90|95|99|999)",
         shown_as="ttft.pNN, itl.pNN, e2e.pNN",
     ),
     CheckFamily(
         "rate",
-        "drills.checks:check_rate",
+        "drills.checks.rate:check_rate",
         "share",
         names=("error_rate", "fallback_rate", "success_rate"),
     ),
-    _builtin("throughput", "number"),
-    _builtin("prometheus", "number", fields=("source", "metric")),
-    _builtin("breaker_opened_within", "duration", needs_target=True, only_below=True),
-    _builtin("recovered_within", "duration", only_below=True),
-    _builtin("replacement_ready_within", "duration", needs_target=True, only_below=True),
-    _builtin("requests_lost", "count", only_below=True),
-    _builtin("stack_lint", "findings", takes_during=False, needs_bound=False, only_below=True),
-    _builtin("missing_context_share", "share"),
-    _builtin("tool_timeouts", "count"),
-    _builtin("breaker_opens", "count", needs_target=True),
-    _builtin("retrieval_recall", "share"),
-    _builtin("retry_amplification", "count", needs_target=True),
+    _builtin("throughput", "throughput", "number"),
+    _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
+    _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),
+    _builtin("recovered_within", "recovery", "duration", only_below=True),
+    _builtin(
+        "replacement_ready_within", "replacement", "duration", needs_target=True, only_below=True
+    ),
+    _builtin("requests_lost", "replacement", "count", only_below=True),
+    _builtin(
+        "stack_lint", "lint", "findings", takes_during=False, needs_bound=False, only_below=True
+    ),
+    _builtin("missing_context_share", "rag", "share"),
+    _builtin("tool_timeouts", "tools", "count"),
+    _builtin("breaker_opens", "breaker", "count", needs_target=True),
+    _builtin("retrieval_recall", "rag", "share"),
+    _builtin("retry_amplification", "tools", "count", needs_target=True),
 )
 """Every built-in check family, in one place."""
 
@@ -137,7 +143,7 @@ def _plugins() -> tuple[CheckFamily, ...]:
         if not isinstance(family, CheckFamily):
             raise TypeError(
                 f"entry point drills.checks:{entry.name} ({entry.value}) is a "
-                f"{type(family).__name__}, not a drills.check_registry.CheckFamily"
+                f"{type(family).__name__}, not a drills.model.check_families.CheckFamily"
             )
         found.append(family)
     return tuple(found)

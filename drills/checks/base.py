@@ -1,0 +1,202 @@
+"""What every check family shares: the ``Evaluation`` a check looks at (records, phases,
+faults, probes, with absolute epoch times), windows, counters read from probes, and ``result``,
+which judges an observation against a check's bounds.
+
+A check with no data in its window fails, and says so: a drill that observed nothing proves
+nothing. Every result carries the observed value next to what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.common.stats import percentile
+from drills.model.check_families import families
+from drills.model.journal import CheckResult, FaultRecord, Probe
+from drills.model.records import Record
+from drills.model.scenario import KILL_KINDS, Check, Scenario, bound_value
+
+__all__ = [
+    "CheckResult",
+    "Evaluation",
+    "applied_at",
+    "applied_faults",
+    "counter_increase",
+    "expected_text",
+    "formatted",
+    "is_error",
+    "kill_faults",
+    "percentile",
+    "result",
+    "series",
+    "within_bounds",
+]
+
+
+def is_error(record: Record) -> bool:
+    return record.is_error
+
+
+@dataclass
+class Evaluation:
+    """Everything checks look at, with absolute (epoch) times."""
+
+    scenario: Scenario
+    records: list[Record]
+    phases: dict[str, tuple[float, float]]
+    run_window: tuple[float, float]
+    faults: list[FaultRecord]
+    probes: list[Probe] = field(default_factory=list)
+    lint: list[dict[str, Any]] | None = None
+    """Findings of ``drills.lint`` on the stack's config; ``None`` when no config is known."""
+    gpu: dict[str, Any] | None = None
+    """NVML's status when GPU telemetry was asked for."""
+    retrieval: dict[str, Any] | None = None
+    """The recall probe's status when the drill asked for it."""
+    agent_id: str = "gateway-agent"
+    """Who the gateway's agent calls tools as (``gateway.agent.agent_id``)."""
+    tools_hop: str = "tools"
+    """The tool server's hop name (``rag.tools.name``)."""
+
+    def window(self, during: str | None) -> tuple[float, float]:
+        return self.phases[during] if during else self.run_window
+
+    def requests_in(self, start: float, end: float) -> list[Record]:
+        """Requests that ran entirely inside ``[start, end)``. One that straddles a boundary
+        (sent in the baseline, answered under the fault) belongs to neither side: counting it
+        by its start would charge the fault's latency to the baseline."""
+        return [r for r in self.records if start <= r.start and r.start + (r.e2e or 0.0) <= end]
+
+
+def expected_text(check: Check, unit: str) -> str:
+    parts = []
+    for word, value in (("<", check.below), (">", check.above)):
+        if value is not None:
+            parts.append(f"{word} {value}{unit if not isinstance(value, str) else ''}")
+    return " and ".join(parts)
+
+
+def within_bounds(check: Check, observed: float) -> bool:
+    below, above = bound_value(check.below), bound_value(check.above)
+    return (below is None or observed < below) and (above is None or observed > above)
+
+
+def formatted(value: float, family: str) -> str:
+    """``value`` as a person reads it, by what the family's bounds compare with."""
+    if family == "retry_amplification":
+        return f"{value:.2f} attempts/request"
+    if family == "throughput":
+        return f"{value:.2f} req/s"
+    found = next((f for f in families() if f.family == family), None)
+    bounds = found.bounds if found else "number"
+    if bounds == "duration":
+        return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"
+    if bounds == "share":
+        return f"{value:.3f}"
+    return f"{value:g}"
+
+
+def result(
+    check: Check,
+    family: str,
+    observed: float | None,
+    samples: int,
+    reason: str = "",
+    unit: str = "",
+) -> CheckResult:
+    """The result of ``check`` given what was ``observed`` (``None``: no data, a failure),
+    judged against its bounds, with a reason a person can act on; ``family`` picks how the
+    value is shown. For check families of plugins as well as the built-in ones."""
+    runbook = check.runbook
+    if observed is None:
+        return CheckResult(
+            label=check.label,
+            check=check.check,
+            during=check.during,
+            expected=expected_text(check, unit),
+            observed=None,
+            observed_text="no data",
+            passed=False,
+            reason=reason or "no data in the window",
+            samples=samples,
+            runbook=runbook,
+        )
+    passed = within_bounds(check, observed)
+    text = formatted(observed, family)
+    if not reason:
+        reason = (
+            "within bounds" if passed else f"observed {text}, expected {expected_text(check, unit)}"
+        )
+    return CheckResult(
+        label=check.label,
+        check=check.check,
+        during=check.during,
+        expected=expected_text(check, unit),
+        observed=observed,
+        observed_text=text,
+        passed=passed,
+        reason=reason,
+        samples=samples,
+        runbook=runbook,
+    )
+
+
+def series(
+    ev: Evaluation, source: str, metric: str, labels: dict[str, str], start: float, end: float
+) -> list[tuple[float, float]]:
+    points = []
+    for probe in ev.probes:
+        if probe.source != source or not (start <= probe.time <= end):
+            continue
+        total, found = 0.0, False
+        for sample in probe.samples:
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+                found = True
+        if found:
+            points.append((probe.time, total))
+    return points
+
+
+def applied_faults(ev: Evaluation, target: str | None = None) -> list[FaultRecord]:
+    return [f for f in ev.faults if (target is None or f.target == target) and f.applied_at]
+
+
+def applied_at(fault: FaultRecord) -> float:
+    """When an applied fault was applied (``_fault_times`` keeps only those)."""
+    assert fault.applied_at is not None
+    return fault.applied_at
+
+
+def kill_faults(ev: Evaluation, target: str | None) -> list[FaultRecord]:
+    return [f for f in applied_faults(ev, target) if f.kind in KILL_KINDS]
+
+
+def counter_increase(
+    ev: Evaluation,
+    source: str,
+    metric: str,
+    match: Callable[[dict[str, str]], bool],
+    start: float,
+    end: float,
+) -> float | None:
+    """How much a counter (summed over the series ``match`` selects) grew over
+    ``[start, end]``, from the scrapes of ``source``; ``None`` when no scrape of it succeeded
+    inside the window. A series not yet exported counts as 0 (counters appear on first use)."""
+    points: list[tuple[float, float]] = []
+    for probe in ev.probes:
+        if probe.source != source or probe.error:
+            continue
+        total = sum(
+            sample.value
+            for sample in probe.samples
+            if sample.name == metric and match(sample.labels)
+        )
+        points.append((probe.time, total))
+    inside = [v for t, v in points if start <= t <= end]
+    if not inside:
+        return None
+    before = [v for t, v in points if t < start]
+    return inside[-1] - (before[-1] if before else 0.0)

@@ -1,0 +1,27 @@
+"""Shares of the requests in a window: ``error_rate``, ``fallback_rate``, ``success_rate``."""
+
+from __future__ import annotations
+
+from drills.checks.base import (
+    Evaluation,
+    is_error,
+    result,
+)
+from drills.model.journal import CheckResult
+from drills.model.scenario import Check
+
+__all__ = ["check_rate"]
+
+
+def check_rate(check: Check, ev: Evaluation) -> CheckResult:
+    start, end = ev.window(check.during)
+    records = ev.requests_in(start, end)
+    if not records:
+        return result(check, "rate", None, 0, "no requests started in the window")
+    if check.check == "error_rate":
+        hits = sum(is_error(r) for r in records)
+    elif check.check == "fallback_rate":
+        hits = sum(bool(r.fallback) for r in records)
+    else:
+        hits = sum(not is_error(r) and not r.fallback for r in records)
+    return result(check, "rate", hits / len(records), len(records))

@@ -1,0 +1,8 @@
+"""What the harness reads from the stack while a drill runs: Prometheus scrapes of every
+source (``metrics``), NVML samples, and the retrieval recall probe (``retrieval``)."""
+
+from __future__ import annotations
+
+from drills.probes.metrics import Prober, parse_samples
+
+__all__ = ["Prober", "parse_samples"]
