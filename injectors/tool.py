@@ -52,7 +52,7 @@ def tools_endpoint(context: InjectionContext, url: str | None) -> str:
 
 
 def _gauges(base: str, tool: str) -> dict[str, float]:
-    from drills.probes import parse_samples
+    from drills.common.prometheus import parse_samples
 
     response = httpx.get(f"{base}/metrics", timeout=2.0)
     response.raise_for_status()
@@ -159,7 +159,7 @@ async def _flood(spec: dict[str, Any]) -> None:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from drills.checks import percentile
+    from drills.common.stats import percentile
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

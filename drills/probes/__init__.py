@@ -3,6 +3,7 @@ source (``metrics``), NVML samples, and the retrieval recall probe (``retrieval`
 
 from __future__ import annotations
 
-from drills.probes.metrics import Prober, parse_samples
+from drills.common.prometheus import parse_samples
+from drills.probes.metrics import Prober
 
 __all__ = ["Prober", "parse_samples"]

@@ -12,24 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from drills.common.prometheus import parse_samples
 
 __all__ = ["Prober"]
 
 logger = logging.getLogger(__name__)
-
-
-def parse_samples(text: str) -> list[dict[str, Any]]:
-    """Every sample except histogram buckets and ``_created`` stamps (they bloat the journal)."""
-    samples = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")):
-                continue
-            samples.append(
-                {"name": sample.name, "labels": dict(sample.labels), "value": float(sample.value)}
-            )
-    return samples
 
 
 class Prober:
