@@ -43,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    # One declaration per subcommand and option, in the order `drills --help` lists them: long
+    # because the CLI is wide, not because it does much (nothing here runs or decides).
     parser = _Parser(prog="drills", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"drills {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
@@ -224,85 +226,101 @@ def _print_status(current: object, as_json: bool) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    handler = {
+        "stack": _stack,
+        "validate": _validate,
+        "schema": lambda a: _print_json(_schema(a.what)),
+        "report": _report,
+        "run": _run_drill,
+        "gate": _gate,
+        "probe": _probe,
+        "lint": _lint,
+        "gameday": _gameday,
+        "note": _note,
+        "abort": _abort,
+    }.get(args.command)
+    if handler is None:
+        raise AssertionError(f"unhandled command {args.command!r}")
+    return handler(args)
+
+
+def _print_json(data: object) -> int:
+    print(json.dumps(data, indent=2))
+    return EXIT_OK
+
+
+def _stack(args: argparse.Namespace) -> int:
     from stack import control
 
-    if args.command == "stack":
-        if args.stack_command == "up":
-            current = control.up(args.profile, args.state_dir)
-            _print_status(current, args.json)
-            return EXIT_OK
-        if args.stack_command == "status":
-            try:
-                current = control.status(args.state_dir)
-            except StackNotRunning as exc:
-                print(f"drills: {exc}", file=sys.stderr)
-                return EXIT_FAILED
-            _print_status(current, args.json)
-            return EXIT_OK if current.healthy else EXIT_FAILED
-        if args.stack_command == "down":
-            stopped = control.down(args.state_dir)
-            print("stack stopped" if stopped else "no stack was running")
-            return EXIT_OK
-    if args.command == "validate":
-        from drills.engine.runner import validate_only
-
-        problems = validate_only(args.scenarios)
-        if problems:
-            raise ConfigError(problems)
-        print(f"{len(args.scenarios)} scenario file(s) valid")
+    if args.stack_command == "up":
+        current = control.up(args.profile, args.state_dir)
+        _print_status(current, args.json)
         return EXIT_OK
-    if args.command == "schema":
-        print(json.dumps(_schema(args.what), indent=2))
-        return EXIT_OK
-    if args.command == "report":
-        from reports import render_all
+    if args.stack_command == "status":
+        try:
+            current = control.status(args.state_dir)
+        except StackNotRunning as exc:
+            print(f"drills: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        _print_status(current, args.json)
+        return EXIT_OK if current.healthy else EXIT_FAILED
+    stopped = control.down(args.state_dir)
+    print("stack stopped" if stopped else "no stack was running")
+    return EXIT_OK
 
-        if (args.run_dir / "gameday.json").exists():
-            from reports.gameday import render_gameday
 
-            for kind, path in render_gameday(args.run_dir).items():
-                print(f"{kind}: {path}")
-            return EXIT_OK
-        journal_path = args.run_dir / "journal.json" if args.run_dir.is_dir() else args.run_dir
-        if not journal_path.exists():
-            raise InputError(f"{args.run_dir}: no journal.json here; pass a run directory")
-        journal = _read_journal(journal_path)
-        paths = render_all(journal, journal_path.parent)
-        print(f"verdict: {journal.verdict}")
-        for kind, path in paths.items():
+def _validate(args: argparse.Namespace) -> int:
+    from drills.engine.runner import validate_only
+
+    problems = validate_only(args.scenarios)
+    if problems:
+        raise ConfigError(problems)
+    print(f"{len(args.scenarios)} scenario file(s) valid")
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from reports import render_all
+
+    if (args.run_dir / "gameday.json").exists():
+        from reports.gameday import render_gameday
+
+        for kind, path in render_gameday(args.run_dir).items():
             print(f"{kind}: {path}")
         return EXIT_OK
-    if args.command == "run":
-        return _run_drill(args)
-    if args.command == "gate":
-        return _gate(args)
-    if args.command == "probe":
-        return _probe(args)
-    if args.command == "lint":
-        return _lint(args)
-    if args.command == "gameday":
-        return _gameday(args)
-    if args.command == "note":
-        from drills.gameday import add_note
+    journal_path = args.run_dir / "journal.json" if args.run_dir.is_dir() else args.run_dir
+    if not journal_path.exists():
+        raise InputError(f"{args.run_dir}: no journal.json here; pass a run directory")
+    journal = _read_journal(journal_path)
+    paths = render_all(journal, journal_path.parent)
+    print(f"verdict: {journal.verdict}")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return EXIT_OK
 
-        days = add_note(args.text, args.by)
-        if not days:
-            print("no game day is running on this machine", file=sys.stderr)
-            return EXIT_FAILED
-        for day in days:
-            print(f"noted in {day['what']} ({day['run_dir']})")
-        return EXIT_OK
-    if args.command == "abort":
-        from drills.engine.safety import request_abort
 
-        runs = request_abort(args.run_id, args.reason)
-        if not runs:
-            print("no drill is running on this machine")
-            return EXIT_FAILED
-        for run in runs:
-            print(f"abort sent to {run['what']} (run {run['run_id']}, pid {run['pid']})")
-        return EXIT_OK
-    raise AssertionError(f"unhandled command {args.command!r}")
+def _note(args: argparse.Namespace) -> int:
+    from drills.gameday import add_note
+
+    days = add_note(args.text, args.by)
+    if not days:
+        print("no game day is running on this machine", file=sys.stderr)
+        return EXIT_FAILED
+    for day in days:
+        print(f"noted in {day['what']} ({day['run_dir']})")
+    return EXIT_OK
+
+
+def _abort(args: argparse.Namespace) -> int:
+    from drills.engine.safety import request_abort
+
+    runs = request_abort(args.run_id, args.reason)
+    if not runs:
+        print("no drill is running on this machine")
+        return EXIT_FAILED
+    for run in runs:
+        print(f"abort sent to {run['what']} (run {run['run_id']}, pid {run['pid']})")
+    return EXIT_OK
 
 
 def _options(args: argparse.Namespace) -> RunOptions:

