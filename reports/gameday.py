@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from html import escape
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from reports.html import COLORS, CSS
+from markupsafe import Markup
+
+from reports.html import COLORS, CSS, environment
 from reports.junit import XML_HEADER, junit_suite
 
 __all__ = ["render_gameday"]
@@ -54,121 +55,73 @@ def _describe(event: dict[str, Any]) -> str:
     return f"{event['source']}: {kind} {json.dumps(detail, default=str) if detail else ''}"
 
 
+_ENV = environment()
+_ENV.filters["clock"] = _clock
+
+
 def _rel(target: str, out: Path) -> str:
     return os.path.relpath(target, out.resolve())
 
 
 def render_html(day: dict[str, Any], out: Path) -> str:
-    verdict = day["verdict"]
+    """The post-mortem page (``templates/gameday.html.j2``)."""
     start = day["started_at"]
-    html = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>game day {escape(day['gameday'])}: {escape(verdict)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<div class='verdict' id='verdict' style='background:{COLORS.get(verdict, '#57606a')}'>"
-        f"{escape(verdict.upper())}</div>",
-        f"<h1>{escape(day['title'])}</h1>",
-        f"<p class='muted'>game day <code>{escape(day['gameday'])}</code> &middot; "
-        f"{_clock(start)}&ndash;{_clock(day['ended_at'])} "
-        f"({(day['ended_at'] - start) / 60:.1f} min) &middot; status {escape(day['status'])}"
-        + (f" ({escape(str(day['stop_reason']))})" if day.get("stop_reason") else "")
-        + (f" &middot; facilitator {escape(day['facilitator'])}" if day.get("facilitator") else "")
-        + "</p>",
-    ]
-    if day.get("description"):
-        html.append(f"<p>{escape(day['description'])}</p>")
-
-    html.append(
-        "<h2>Drills</h2><table id='drills'><tr><th>drill</th><th>verdict</th>"
-        "<th>failed checks</th><th>report</th></tr>"
-    )
+    drills = []
     for step in (s for s in day["steps"] if s["kind"] == "drill"):
-        ok = step.get("verdict") == "passed"
         failed = [c for c in step.get("checks", []) if not c["passed"]]
-        failed_text = "; ".join(
-            f"{c['label']}: observed {c['observed_text']}, expected {c['expected']}" for c in failed
-        ) or escape(step.get("error", "") or "-")
-        report = (
-            f"<a href='{escape(_rel(step['run_dir'], out))}/index.html'>report</a>"
-            if step.get("run_dir")
-            else "-"
+        drills.append(
+            {
+                "drill": step["drill"],
+                "ok": step.get("verdict") == "passed",
+                "verdict": str(step.get("verdict")),
+                "failed": "; ".join(
+                    f"{c['label']}: observed {c['observed_text']}, expected {c['expected']}"
+                    for c in failed
+                )
+                or step.get("error", "")
+                or "-",
+                "report": f"{_rel(step['run_dir'], out)}/index.html"
+                if step.get("run_dir")
+                else None,
+            }
         )
-        html.append(
-            f"<tr class='{'pass' if ok else 'fail'}'><td>{escape(step['drill'])}</td>"
-            f"<td class='{'pass' if ok else 'fail'}'>{escape(str(step.get('verdict')))}</td>"
-            f"<td>{escape(failed_text)}</td><td>{report}</td></tr>"
-        )
-    for skipped in (s for s in day["skipped"] if s["kind"] == "drill"):
-        html.append(
-            f"<tr class='fail'><td>{escape(str(skipped['what']))}</td><td>not run</td>"
-            f"<td>the day stopped before this step</td><td>-</td></tr>"
-        )
-    html.append("</table>")
-
-    html.append(
-        "<h2>Checkpoints</h2><table id='checkpoints'><tr><th>checkpoint</th><th>asked of</th>"
-        "<th>answer</th><th>by</th><th>when</th></tr>"
-    )
-    for step in (s for s in day["steps"] if s["kind"] == "checkpoint"):
-        ok = bool(step.get("confirmed"))
-        answer = step.get("answer") if step.get("answer") is not None else "no answer"
-        html.append(
-            f"<tr class='{'pass' if ok else 'fail'}'><td>{escape(step['ask'])}</td>"
-            f"<td>{escape(step.get('who') or '-')}</td><td>{escape(str(answer))}</td>"
-            f"<td>{escape(str(step.get('by') or '-'))} ({escape(str(step.get('source')))})</td>"
-            f"<td>{_since(step.get('answered_at') or start, start)}</td></tr>"
-        )
-    html.append("</table>")
-
-    html.append(
-        "<h2>Timeline, minute by minute</h2><table id='timeline'>"
-        "<tr><th>minute</th><th>clock</th><th>what happened</th></tr>"
-    )
-    last_minute = None
+    timeline, last_minute = [], None
     for event in day["timeline"]:
         minute = int(max(event["time"] - start, 0) // 60)
         label = f"{minute:02d}" if minute != last_minute else ""
         last_minute = minute
-        html.append(
-            f"<tr><td>{label}</td><td>{_clock(event['time'])} "
-            f"<span class='muted'>{_since(event['time'], start)}</span></td>"
-            f"<td>{escape(_describe(event))}</td></tr>"
-        )
-    html.append("</table>")
-
-    html.append("<h2>Runbook steps</h2>")
-    for runbook in day["runbooks"]:
-        html.append(
-            f"<h3><a href='{escape(_rel(runbook['runbook'], out))}'>"
-            f"{escape(Path(runbook['runbook']).name)}</a></h3><table class='runbook'>"
-            "<tr><th>step</th><th>exercised</th><th>by</th></tr>"
-        )
-        for step in runbook["steps"]:
-            link = f"{_rel(runbook['runbook'], out)}#{step['anchor']}"
-            by = "; ".join(
-                f"{b['by']} ({'passed' if b['passed'] else 'FAILED'})" for b in step["by"]
-            )
-            html.append(
-                f"<tr class='{'pass' if step['exercised'] else 'fail'}'>"
-                f"<td><a href='{escape(link)}'>{escape(step['title'])}</a></td>"
-                f"<td>{'exercised' if step['exercised'] else 'never reached'}</td>"
-                f"<td>{escape(by or '-')}</td></tr>"
-            )
-        html.append("</table>")
-
-    html.append("<h2>Observer notes</h2>")
-    if day["notes"]:
-        html.append("<table id='notes'><tr><th>when</th><th>by</th><th>note</th></tr>")
-        for note in day["notes"]:
-            html.append(
-                f"<tr><td>{_since(note['time'], start)}</td><td>{escape(str(note['by']))}</td>"
-                f"<td>{escape(str(note['text']))}</td></tr>"
-            )
-        html.append("</table>")
-    else:
-        html.append("<p class='muted'>No notes were taken.</p>")
-    html.append("</body></html>")
-    return "\n".join(html)
+        timeline.append({"minute": label, "time": event["time"], "text": _describe(event)})
+    runbooks = [
+        {
+            "link": _rel(r["runbook"], out),
+            "name": Path(r["runbook"]).name,
+            "steps": [
+                {
+                    **step,
+                    "by": "; ".join(
+                        f"{b['by']} ({'passed' if b['passed'] else 'FAILED'})" for b in step["by"]
+                    ),
+                }
+                for step in r["steps"]
+            ],
+        }
+        for r in day["runbooks"]
+    ]
+    return _ENV.get_template("gameday.html.j2").render(
+        day={"stop_reason": None, "facilitator": None, "description": None, **day},
+        css=Markup(CSS),
+        color=COLORS.get(day["verdict"], "#57606a"),
+        drills=drills,
+        skipped=[s for s in day["skipped"] if s["kind"] == "drill"],
+        checkpoints=[
+            {**dict.fromkeys(("who", "answer", "by", "source", "answered_at")), **s}
+            for s in day["steps"]
+            if s["kind"] == "checkpoint"
+        ],
+        timeline=timeline,
+        runbooks=runbooks,
+        since=lambda t: _since(t, start),
+    )
 
 
 def render_markdown(day: dict[str, Any]) -> str:

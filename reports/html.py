@@ -113,13 +113,20 @@ def _chart(
     return Markup(f"<h3>{escape(title)}</h3>{''.join(parts)}<div class='legend'>{legend}</div>")
 
 
-_ENV = Environment(
-    loader=PackageLoader("reports", "templates"),
-    autoescape=True,
-    undefined=StrictUndefined,
-    keep_trailing_newline=True,
-)
-_ENV.filters["seconds"] = fmt_seconds
+def environment() -> Environment:
+    """The reports' Jinja2 environment: templates from ``reports/templates``, autoescape on,
+    and an undefined name is an error (a typo in a template fails the tests, not a user)."""
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.filters["seconds"] = fmt_seconds
+    return env
+
+
+_ENV = environment()
 
 
 def _samples(journal: Journal, per_kind: int = 4) -> list[Record]:
