@@ -24,6 +24,7 @@ from drills.common.errors import (
     KillSwitch,
     StackNotRunning,
 )
+from drills.engine.events import FOR_PEOPLE, RunEvent
 from drills.model.journal import FORMAT, Journal
 
 if TYPE_CHECKING:
@@ -340,7 +341,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         profile=args.profile,
         attach=attach,
         state_dir=args.state_dir,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        on_event=_print_for_people,
         safety=load_policy(args.safety),
         stack_config=args.stack_config,
     )
@@ -537,6 +538,12 @@ def _schema(what: str) -> dict[str, object]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = f"drills journal (format {FORMAT})"
     return schema
+
+
+def _print_for_people(event: RunEvent) -> None:
+    """The run's live lines on the terminal (its timeline events are logged already)."""
+    if event.kind in FOR_PEOPLE:
+        print(event.message, file=sys.stderr, flush=True)
 
 
 def _read_journal(path: Path) -> Journal:

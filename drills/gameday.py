@@ -34,6 +34,7 @@ from drills.common.errors import ConfigError, KillSwitch, SafetyViolation
 from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
+from drills.engine.events import FOR_PEOPLE, RunEvent
 from drills.engine.runner import Runner, RunOptions, attach_of, attach_urls
 from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
 from drills.model.scenario import Attach, Scenario, load_scenario
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+DAY_EVENTS = frozenset({"phase_start", "fault_applied", "fault_reverted", "aborted"})
+"""The events of a drill that the game day's timeline shows."""
 
 
 class _Model(BaseModel):
@@ -422,8 +426,16 @@ class GameDay:
         if step.notes:
             self.say(f"\n[drill {scenario.drill}] {step.notes}")
         self.say(f"\n[drill {scenario.drill}] {scenario.title} ({scenario.duration:.0f}s)")
+
+        def on_event(event: RunEvent) -> None:
+            # The drill's phases and faults go in the day's timeline as they happen.
+            if event.kind in FOR_PEOPLE:
+                self.say(event.message)
+            elif event.kind in DAY_EVENTS:
+                self._event(scenario.drill, event.kind, **event.detail)
+
         options = RunOptions(
-            **{**self._options().__dict__, "out_dir": self.dir / "runs", "progress": self.say}
+            **{**self._options().__dict__, "out_dir": self.dir / "runs", "on_event": on_event}
         )
         self._event("drill", "drill_start", drill=scenario.drill)
         try:
@@ -450,9 +462,6 @@ class GameDay:
             kill_switch=aborted.get("cause") == "kill_switch",
             abort_reason=aborted.get("reason"),
         )
-        for event in journal.timeline:
-            if event.event in ("phase_start", "fault_applied", "fault_reverted", "aborted"):
-                self._event(scenario.drill, event.event, **event.detail)
         self._event("drill", "drill_end", drill=scenario.drill, verdict=journal.verdict)
         self.say(f"[drill {scenario.drill}] verdict: {journal.verdict}")
         return journal.verdict

@@ -116,6 +116,13 @@ def test_a_game_day_with_rehearsed_and_live_checkpoints_and_notes(
         ("drill", "drill_end"),
     ]:
         assert expected in events, expected
+    # The drill's events are recorded as they happen, so bob's note (written while the fault
+    # was on) stands between the fault's application and its revert.
+    assert (
+        events.index(("tiny", "fault_applied"))
+        < events.index(("observer", "note"))
+        < events.index(("tiny", "fault_reverted"))
+    )
     # Runbook coverage: steps reached by a check or a checkpoint vs never reached.
     (runbook,) = day["runbooks"]
     coverage = {s["anchor"]: s["exercised"] for s in runbook["steps"]}

@@ -20,7 +20,7 @@ import logging
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -33,6 +33,7 @@ from drills.common.errors import ConfigError, Interrupted, KillSwitch, StackErro
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
+from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.ledger import Ledger
 from drills.engine.safety import (
@@ -90,7 +91,8 @@ class RunOptions:
     attach: Attach | None = None
     state_dir: Path | None = None
     ledger: Path | None = None
-    progress: Callable[[str], None] | None = None
+    on_event: EventHandler | None = None
+    """Told of each thing the run does, as it happens (``drills.engine.events``)."""
     safety: SafetyPolicy | None = None
     """The safety policy; ``None`` loads it from its usual places (see ``drills.engine.safety``)."""
     stack_config: str | None = None
@@ -177,11 +179,16 @@ class Runner:
         self.timeline.append(
             {"time": now, "offset": now - self.t0 if self.t0 else 0.0, "event": event, **detail}
         )
-        logger.info("%s %s", event, " ".join(f"{k}={v}" for k, v in detail.items()))
+        message = f"{event} " + " ".join(f"{k}={v}" for k, v in detail.items())
+        logger.info("%s", message)
+        self._emit(RunEvent(event, message, now, dict(detail)))
 
-    def _say(self, text: str) -> None:
-        if self.options.progress:
-            self.options.progress(text)
+    def _say(self, text: str, kind: str = "progress") -> None:
+        self._emit(RunEvent(kind, text, time.time()))
+
+    def _emit(self, event: RunEvent) -> None:
+        if self.options.on_event is not None:
+            self.options.on_event(event)
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -233,7 +240,8 @@ class Runner:
             for item in swept:
                 self._say(
                     f"removed a fault left by an earlier run: {item['kind']} on "
-                    f"{item['target']} ({item.get('method')})"
+                    f"{item['target']} ({item.get('method')})",
+                    "swept",
                 )
             self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
             load, prober, reader = self._instruments(run_dir, endpoints, state_dir)
