@@ -44,8 +44,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    # One declaration per subcommand and option, in the order `drills --help` lists them: long
-    # because the CLI is wide, not because it does much (nothing here runs or decides).
+    # Long on purpose: one declaration per subcommand and option, in the order `drills --help`
+    # lists them; the CLI is wide, and nothing here runs or decides.
     parser = _Parser(prog="drills", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"drills {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")

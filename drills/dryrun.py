@@ -36,6 +36,7 @@ def dry_run(
 ) -> dict[str, Any]:
     """The resolved plan of one drill: stack, targets, faults on the timeline, checks, and the
     safety verdict (``refused`` lists what the policy would refuse)."""
+    # Long on purpose: The plan, field by field, as `drills run --dry-run` prints it; reads only.
     attach = attach_of(scenario, options)
     hops: dict[str, dict[str, Any]] = {}
     if attach is not None:

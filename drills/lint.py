@@ -61,6 +61,9 @@ def lint_config(
     ``client_timeout``: the timeout of the clients in front of the gateway (a drill's load, an
     app), when known.
     """
+    # Long on purpose: One rule after another over the same timeouts, retries and pools, in the
+    # order the report lists them: the rules share the budget arithmetic, and split apart it would
+    # be read in pieces.
     from stack.config import StackConfig
 
     assert isinstance(config, StackConfig)
@@ -258,6 +261,8 @@ def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Fi
 def _lint_paths(config: Any, add: Any) -> None:
     """The RAG and agent paths: each hop call bounded, budgeted, backed off and behind a
     breaker; a degraded answer; hop timeouts that fit inside the path's request timeout."""
+    # Long on purpose: The same rules for each hop of the RAG and agent paths, listed together so
+    # that a missing rule for one hop shows.
     gw = config.gateway
     rag, agent = gw.rag, gw.agent
     paths = (

@@ -155,6 +155,8 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _flood(spec: dict[str, Any]) -> None:
+    # Long on purpose: The flood helper's whole life (sessions, the call loop, its figures, the stop
+    # on SIGTERM) runs in its own process; its steps share one event loop and one tally.
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client

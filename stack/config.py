@@ -425,6 +425,8 @@ class StackConfig(_Model):
 
     def problems(self) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
         """Cross-field problems that make the stack impossible to run."""
+        # Long on purpose: Cross-field rules of a stack config, one after another, each yielding its
+        # own location.
         seen: dict[int, str] = {}
 
         def claim(port: int, loc: tuple[str | int, ...]) -> Iterator[tuple[Any, str, Any]]:

@@ -139,6 +139,8 @@ def _ports(config: StackConfig) -> list[tuple[str, int]]:
 
 def status(state_dir: Path | None = None) -> StackStatus:
     """The live picture: the supervisor's record, checked against each endpoint and Toxiproxy."""
+    # Long on purpose: Each component's recorded state checked against its endpoint and its proxy,
+    # in one pass, so that the picture printed is of one moment.
     state_dir = state_dir or default_state_dir()
     state = read_state(state_dir)
     if state is None:
@@ -263,6 +265,8 @@ def _startup_failure(current: StackStatus, why: str) -> str:
 
 def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackStatus:
     """Bring the stack up (or find it up) and return its status once every part is healthy."""
+    # Long on purpose: Bring-up in order (find a running stack, refuse another profile, start the
+    # supervisor, wait for health), each step with its own message to the user.
     state_dir = state_dir or default_state_dir()
     source = profile_path(str(profile))
     config = load_stack_config(source)

@@ -100,6 +100,8 @@ def _kubernetes_replaces(go: str, env: dict[str, str]) -> tuple[list[str], str |
 
 def ensure_kube_binaries() -> KubeBinaries:
     """Build (once) and return the control plane's binaries."""
+    # Long on purpose: The build recipe in one place, step by step as KUBERNETES.md describes it
+    # (wrapper module, replaces, stamps, links): a reader checks it against that page top to bottom.
     bindir = cache_root() / "kube" / _key()
     if (bindir / MARKER).exists():
         return KubeBinaries(bindir)

@@ -263,6 +263,8 @@ def ensure_toxiproxy(*, stock: bool = False) -> Path:
 
     ``stock=True`` builds the pinned version unpatched, for tests of how drills copes with a
     user's own Toxiproxy."""
+    # Long on purpose: The pinned build with its one-line fix, step by step (module download, patch,
+    # build, cache), in the order a person would do it by hand.
     build = TOXIPROXY_VERSION if stock else TOXIPROXY_BUILD
     bindir = cache_root() / "bin" / f"toxiproxy-{build}"
     server = bindir / "toxiproxy-server"

@@ -156,6 +156,8 @@ def check_scenario(
 ) -> None:
     """Raise ``SafetyViolation`` if ``scenario`` (aimed at ``urls``: what it would contact)
     exceeds ``policy``."""
+    # Long on purpose: One policy rule after another, each naming the field it refuses; nothing is
+    # applied until every rule has been read, so they stay together.
     problems: list[str] = []
 
     def where(loc: tuple[str | int, ...]) -> str:

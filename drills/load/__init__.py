@@ -47,6 +47,8 @@ class LoadProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # Long on purpose: Everything the Locust process needs, written once and started once: the
+        # config file, the environment (headers kept off the command line) and the command.
         config = {
             "gateway": redact_url(self.gateway),
             "records": str(self.records),

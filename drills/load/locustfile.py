@@ -110,6 +110,9 @@ class LLMUser(User):
         )
 
     def chat(self) -> None:
+        # Long on purpose: One streamed request timed end to end: the timing points (start, first
+        # token, each gap, end) and the record they fill stay in one piece so that what is measured
+        # is plain.
         messages = random.choice(CONFIG["prompts"])
         body: dict[str, Any] = {
             "messages": messages,

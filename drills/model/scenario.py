@@ -599,6 +599,8 @@ class Scenario(_Model):
         return sum(p.duration for p in self.phases)
 
     def problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        # Long on purpose: Cross-field rules of a scenario, one after another, each yielding its own
+        # location.
         names = [p.name for p in self.phases]
         for i, phase in enumerate(self.phases):
             if names.count(phase.name) > 1:

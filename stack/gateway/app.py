@@ -269,6 +269,8 @@ class Gateway:
         return JSONResponse({"object": "list", "data": data})
 
     async def chat_completions(self, request: Request) -> Response:
+        # Long on purpose: One chat completion through the gateway: admission, routing, the stream
+        # relayed and the fallback, in the order a request meets them.
         started = time.monotonic()
         trace = TraceContext.from_header(request.headers.get("traceparent"))
         timeouts = self.config.timeouts

@@ -17,6 +17,8 @@ _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 
 class GatewayMetrics:
     def __init__(self) -> None:
+        # Long on purpose: Declarations only: every metric the gateway exports, with its help text
+        # and labels.
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(

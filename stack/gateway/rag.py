@@ -367,6 +367,9 @@ class AgentPath:
         return "; ".join(parts) or "nothing found"
 
     async def run(self, payload: dict[str, Any], traceparent: str) -> tuple[int, dict[str, Any]]:
+        # Long on purpose: One agent task's loop (plan, tool call, observe, checkpoint) with its
+        # deadline, step limit and graceful stop: the order of those guards is the behaviour, read
+        # top to bottom.
         started = time.monotonic()
         deadline = started + self.policy.timeouts.request
         task = payload.get("task")

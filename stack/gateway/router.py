@@ -130,6 +130,8 @@ class Router:
 
     async def route(self, payload: dict[str, Any], traceparent: str, deadline: float) -> Routed:
         """Find an upstream that produces a first token before ``deadline`` (monotonic)."""
+        # Long on purpose: The routing decision in order (budget, admission, breakers, primaries,
+        # backup, fallback): the order is the policy, so it is kept in one place.
         if self.budget is not None:
             self.budget.record_request()
         retries_policy = self.config.retries

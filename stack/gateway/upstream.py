@@ -173,6 +173,8 @@ class UpstreamClient:
         self, payload: dict[str, Any], traceparent: str, request_deadline: float
     ) -> AttemptStream:
         """Send the call and wait for its first token (first-token timeout)."""
+        # Long on purpose: One attempt at an upstream up to its first token: connect, first-token
+        # and request deadlines and the ways each fails, in the order they can fire.
         started = time.monotonic()
         first_deadline = started + self.timeouts.first_token
         body = {

@@ -143,6 +143,8 @@ class Interceptor:
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
+        # Long on purpose: The one interception layer: permission, capacity, audit and outcome of a
+        # tool call in the order the seed asks for them.
         if ctx.method != "tools/call":
             return await call_next(ctx)
         headers: Mapping[str, str] = ctx.request.headers if ctx.request is not None else {}
