@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -20,7 +21,8 @@ import pytest
 from drills.common.system import pid_alive
 from drills.engine.ledger import Ledger
 from drills.engine.runner import Runner, RunOptions
-from drills.model.scenario import Attach, load_scenario
+from drills.model.scenario import Attach, FaultSpec, load_scenario
+from injectors import register
 from stack.config import load_stack_config
 from tests.conftest import LiveGateway, RunningStack
 
@@ -251,3 +253,63 @@ def test_abort_condition_stops_the_drill_and_reverts(
     assert {r["phase"] for r in journal["records"]} <= {"warmup", "baseline", "fault"}
     suite = ET.parse(Path(journal["run_dir"]) / "junit.xml").getroot()
     assert suite.get("errors") == "1"
+
+
+class _BrokenRevertFault(FaultSpec):
+    kind: Literal["test.broken_revert"]
+
+
+class _BrokenRevert:
+    """A fault whose revert raises ``RuntimeError`` (a bug, not a ``RevertError``): the other
+    faults' reverts and the journal must not depend on it."""
+
+    spec = _BrokenRevertFault
+
+    def __init__(self, fault: _BrokenRevertFault, context: object, index: int) -> None:
+        self.kind, self.target = fault.kind, fault.target
+
+    def apply(self) -> dict:
+        return {"applied_at": time.time()}
+
+    def revert(self) -> dict:
+        raise RuntimeError("the revert has a bug")
+
+    def ledger_entry(self) -> dict:
+        return {"kind": self.kind, "target": self.target}
+
+    @staticmethod
+    def revert_entry(entry: dict) -> dict:
+        return {"method": "nothing to undo"}
+
+
+def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_journal(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    register("test.broken_revert", _BrokenRevert)
+    drill = tmp_path / "broken-revert.yaml"
+    drill.write_text(
+        SHORT.read_text()
+        .replace("../../scenarios/", f"{ROOT / 'scenarios'}/")
+        .replace(
+            "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n",
+            "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n"
+            "      - {kind: test.broken_revert, target: nothing}\n",
+        )
+    )
+    journal = run(drill, stack.gateway_url, stack, tmp_path)
+    # Every toxic is gone although one revert in the same exit stack raised.
+    assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
+    assert journal["status"] == "failed" and journal["verdict"] == "failed"
+    assert journal["rollbacks"]["failed"] == [
+        "test.broken_revert on nothing: RuntimeError: the revert has a bug"
+    ]
+    broken = next(f for f in journal["faults"] if f["kind"] == "test.broken_revert")
+    assert broken["error"] == "revert failed: RuntimeError: the revert has a bug"
+    assert all(f["reverted_at"] for f in journal["faults"] if f["kind"] != "test.broken_revert")
+    # Its ledger entry stays for the next sweep; the others are gone.
+    assert [e["kind"] for e in Ledger(tmp_path / "ledger.json").entries().values()] == [
+        "test.broken_revert"
+    ]
+    suite = ET.parse(Path(journal["run_dir"]) / "junit.xml").getroot()
+    reverted = next(c for c in suite.iter("testcase") if c.get("name") == "every fault reverted")
+    assert reverted.find("failure") is not None
