@@ -213,20 +213,25 @@ def _engine_spec(
     )
 
 
+def _ours(module: str, config_path: Path, state_dir: Path) -> list[str]:
+    """The command of a component of ours (the gateway, the tool server): this interpreter."""
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--config",
+        str(config_path),
+        "--state-dir",
+        str(state_dir),
+    ]
+
+
 def _gateway_spec(config: StackConfig, config_path: Path, state_dir: Path) -> ComponentSpec:
     url = f"http://{config.host}:{config.gateway.port}"
     return ComponentSpec(
         name="gateway",
         kind="gateway",
-        argv=[
-            sys.executable,
-            "-m",
-            "stack.gateway",
-            "--config",
-            str(config_path),
-            "--state-dir",
-            str(state_dir),
-        ],
+        argv=_ours("stack.gateway", config_path, state_dir),
         env={},
         health_url=f"{url}/health",
         endpoint=url,
@@ -324,15 +329,7 @@ def _tools_spec(config: StackConfig, config_path: Path, state_dir: Path) -> Comp
     return ComponentSpec(
         name=tools.name,
         kind="tools",
-        argv=[
-            sys.executable,
-            "-m",
-            "stack.rag.tools",
-            "--config",
-            str(config_path),
-            "--state-dir",
-            str(state_dir),
-        ],
+        argv=_ours("stack.rag.tools", config_path, state_dir),
         env={},
         health_url=f"{url}/health",
         endpoint=url,

@@ -109,26 +109,16 @@ def result(
     """The result of ``check`` given what was ``observed`` (``None``: no data, a failure),
     judged against its bounds, with a reason a person can act on; ``family`` picks how the
     value is shown. For check families of plugins as well as the built-in ones."""
-    runbook = check.runbook
     if observed is None:
-        return CheckResult(
-            label=check.label,
-            check=check.check,
-            during=check.during,
-            expected=expected_text(check, unit),
-            observed=None,
-            observed_text="no data",
-            passed=False,
-            reason=reason or "no data in the window",
-            samples=samples,
-            runbook=runbook,
-        )
-    passed = within_bounds(check, observed)
-    text = formatted(observed, family)
-    if not reason:
-        reason = (
-            "within bounds" if passed else f"observed {text}, expected {expected_text(check, unit)}"
-        )
+        passed, text, reason = False, "no data", reason or "no data in the window"
+    else:
+        passed, text = within_bounds(check, observed), formatted(observed, family)
+        if not reason:
+            reason = (
+                "within bounds"
+                if passed
+                else f"observed {text}, expected {expected_text(check, unit)}"
+            )
     return CheckResult(
         label=check.label,
         check=check.check,
@@ -139,7 +129,7 @@ def result(
         passed=passed,
         reason=reason,
         samples=samples,
-        runbook=runbook,
+        runbook=check.runbook,
     )
 
 
