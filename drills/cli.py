@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
     run.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
     run.add_argument(
+        "--adapter",
+        default="drills",
+        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
+    )
+    run.add_argument(
         "--out", type=Path, default=Path("runs"), help="where runs go (default: runs/)"
     )
     run.add_argument("--state-dir", type=Path, help=state_help)
@@ -94,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--profile", help="stack profile to bring up (overrides the scenarios')")
     gate.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
     gate.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    gate.add_argument(
+        "--adapter",
+        default="drills",
+        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
+    )
     gate.add_argument("--state-dir", type=Path, help=state_help)
     gate.add_argument(
         "--out", type=Path, default=Path("gate"), help="junit.xml, summary.md, runs/ (gate/)"
@@ -117,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     day.add_argument("--profile", help="stack profile to bring up (overrides the plan's)")
     day.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
     day.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    day.add_argument(
+        "--adapter",
+        default="drills",
+        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
+    )
     day.add_argument("--state-dir", type=Path, help=state_help)
     day.add_argument("--out", type=Path, default=Path("runs"), help="where the day goes (runs/)")
     day.add_argument("--as", dest="person", help="the name recorded for terminal answers")
@@ -327,6 +342,7 @@ def _abort(args: argparse.Namespace) -> int:
 def _options(args: argparse.Namespace) -> RunOptions:
     from drills.engine.runner import RunOptions
     from drills.engine.safety import load_policy
+    from drills.model.gateways import merged
     from drills.model.scenario import Attach
 
     if bool(args.gateway) != bool(args.toxiproxy):
@@ -335,7 +351,17 @@ def _options(args: argparse.Namespace) -> RunOptions:
         raise InputError(
             "--profile brings a stack up; --gateway/--toxiproxy attach to one: not both"
         )
-    attach = Attach(gateway=args.gateway, toxiproxy=args.toxiproxy) if args.gateway else None
+    adapter = getattr(args, "adapter", "drills")
+    if args.gateway:
+        try:
+            merged(adapter)
+        except ValueError as exc:
+            raise InputError(f"--adapter: {exc}") from None
+    attach = (
+        Attach(gateway=args.gateway, toxiproxy=args.toxiproxy, adapter=adapter)
+        if args.gateway
+        else None
+    )
     return RunOptions(
         out_dir=args.out,
         profile=args.profile,

@@ -91,6 +91,21 @@ def test_without_the_plugin_its_kind_and_check_are_unknown(tmp_path: Path) -> No
     assert "unknown check 'marker_held'" in refused.stderr
 
 
+def test_a_plugin_gateway_adapter_is_known_by_name(plugin_site: Path, tmp_path: Path) -> None:
+    path, _ = drill(tmp_path)
+    text = path.read_text().replace(
+        "stack: sound",
+        "stack: {attach: {gateway: 'http://127.0.0.1:9', toxiproxy: 'http://127.0.0.1:9', "
+        "adapter: demo-gateway}}",
+    )
+    path.write_text(text)
+    ok = run(["validate", str(path)], with_plugin(plugin_site, tmp_path))
+    assert ok.returncode == 0, ok.stderr
+    refused = run(["validate", str(path)], isolated_env(tmp_path))
+    assert refused.returncode == 2
+    assert "stack.attach.adapter: unknown gateway adapter 'demo-gateway'" in refused.stderr
+
+
 def test_the_published_scenario_schema_has_the_plugin_fault(
     plugin_site: Path, tmp_path: Path
 ) -> None:

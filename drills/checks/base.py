@@ -14,6 +14,8 @@ from typing import Any
 
 from drills.common.stats import percentile
 from drills.model.check_families import families
+from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
+from drills.model.gateways import GatewayAdapter
 from drills.model.journal import CheckResult, FaultRecord, Probe
 from drills.model.records import Record
 from drills.model.scenario import KILL_KINDS, Check, Scenario, bound_value
@@ -59,6 +61,8 @@ class Evaluation:
     """Who the gateway's agent calls tools as (``gateway.agent.agent_id``)."""
     tools_hop: str = "tools"
     """The tool server's hop name (``rag.tools.name``)."""
+    adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
+    """How the gateway reports on itself (its breaker metrics: the gateway's claim)."""
 
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window

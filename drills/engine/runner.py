@@ -46,6 +46,8 @@ from drills.engine.safety import (
     register_run,
 )
 from drills.load import LoadProcess, RecordReader, load_prompts
+from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
+from drills.model.gateways import GatewayAdapter
 from drills.model.journal import (
     Journal,
     PhaseWindow,
@@ -56,11 +58,18 @@ from drills.model.journal import (
     TimelineEvent,
 )
 from drills.model.records import Record
-from drills.model.scenario import Attach, Scenario, check_targets
+from drills.model.scenario import Attach, Scenario, check_targets, expand_env
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, build
 
-__all__ = ["Interrupted", "RunOptions", "Runner", "StackEndpoints", "resolve_stack"]
+__all__ = [
+    "Interrupted",
+    "RunOptions",
+    "Runner",
+    "StackEndpoints",
+    "check_health",
+    "resolve_stack",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +81,8 @@ class StackEndpoints:
     metrics: dict[str, str]
     profile: str | None = None
     components: list[dict[str, Any]] = field(default_factory=list)
+    adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
+    """How to read the gateway (``drills.model.gateways``)."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -81,6 +92,7 @@ class StackEndpoints:
             metrics=self.metrics,
             profile=self.profile,
             components=self.components,
+            adapter=self.adapter.name,
         )
 
 
@@ -113,12 +125,14 @@ def attach_urls(attach: Attach | None) -> dict[str, str]:
 def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     attach = attach_of(scenario, options)
     if attach is not None:
+        adapter = attach.gateway_adapter()
+        gateway = attach.gateway.rstrip("/")
         metrics = {
-            "gateway": f"{attach.gateway.rstrip('/')}/metrics",
+            "gateway": f"{gateway}{adapter.metrics_path}",
             "toxiproxy": f"{attach.toxiproxy.rstrip('/')}/metrics",
             **attach.metrics,
         }
-        return StackEndpoints(attach.gateway.rstrip("/"), attach.toxiproxy.rstrip("/"), metrics)
+        return StackEndpoints(gateway, attach.toxiproxy.rstrip("/"), metrics, adapter=adapter)
     from stack import control
 
     profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
@@ -140,6 +154,33 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         profile,
         [c.as_json() for c in status.components],
     )
+
+
+def check_health(endpoints: StackEndpoints) -> None:
+    """The gateway's liveness probe as its adapter describes it, and Toxiproxy's API."""
+    health = endpoints.adapter.health
+    headers = {k: expand_env(v) for k, v in health.headers.items()}
+    for what, url, ok, timeout in (
+        ("gateway", f"{endpoints.gateway}{health.path}", health.expect_status, health.timeout),
+        ("toxiproxy", f"{endpoints.toxiproxy}/version", [200], 5.0),
+    ):
+        try:
+            response = httpx.get(url, timeout=timeout, headers=headers if what == "gateway" else {})
+        except httpx.HTTPError as exc:
+            raise StackError(
+                f"the stack's {what} at {redact_url(url)} is not reachable: {exc}"
+            ) from None
+        if response.status_code not in ok:
+            hint = (
+                f" (adapter {endpoints.adapter.name!r}: its health path, headers and "
+                "timeout can be overridden in the attach section's 'adapter')"
+                if what == "gateway"
+                else ""
+            )
+            raise StackError(
+                f"the stack's {what} at {redact_url(url)} is not healthy: HTTP "
+                f"{response.status_code}; expected {', '.join(map(str, ok))}{hint}"
+            )
 
 
 @dataclass
@@ -227,7 +268,7 @@ class Runner:
     def _run(self, run_dir: Path, abort_path: Path) -> Journal:
         scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
-        self._check_health(endpoints)
+        check_health(endpoints)
         state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
             check_targets(scenario, self.doc, sorted(client.proxies()), self._components(state_dir))
@@ -299,6 +340,7 @@ class Runner:
             load_prompts(scenario.load, base),
             records_path,
             scenario.duration + scenario.load.warmup,
+            endpoints.adapter,
         )
         gpu_faults = any(f.kind.startswith("gpu.") for p in scenario.phases for f in p.inject)
         prober = Prober(
@@ -442,6 +484,7 @@ class Runner:
             prober.gpu,
             self.retrieval_status,
             *self._agent_identity(state_dir, endpoints),
+            endpoints.adapter,
         )
 
     def _state_dir(self) -> Path | None:
@@ -561,23 +604,6 @@ class Runner:
         except ConfigError as exc:
             logger.error("cannot lint the stack config %s: %s", source, exc)
             return None
-
-    def _check_health(self, endpoints: StackEndpoints) -> None:
-        for what, url in (
-            ("gateway", f"{endpoints.gateway}/health"),
-            ("toxiproxy", f"{endpoints.toxiproxy}/version"),
-        ):
-            try:
-                response = httpx.get(url, timeout=5)
-            except httpx.HTTPError as exc:
-                raise StackError(
-                    f"the stack's {what} at {redact_url(url)} is not reachable: {exc}"
-                ) from None
-            if response.status_code != 200:
-                raise StackError(
-                    f"the stack's {what} at {redact_url(url)} is not healthy: HTTP "
-                    f"{response.status_code}"
-                )
 
     def _warmup(self, reader: RecordReader, live: list[Record]) -> None:
         """Let the load start (Locust's own start-up, first requests to each engine) before

@@ -13,10 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from drills.common.redact import redact_url
+from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
+from drills.model.gateways import GatewayAdapter
 from drills.model.records import Record
 from drills.model.references import read_prompts
 from drills.model.scenario import FallbackRule, LoadConfig, expand_env
@@ -44,7 +47,17 @@ class LoadProcess:
     prompts: list[list[dict[str, str]]]
     records: Path
     run_time: float
+    adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
+    """Which headers say the route, the upstream and a fallback."""
     process: subprocess.Popen[bytes] | None = None
+
+    def _fallback(self) -> dict[str, Any]:
+        """The scenario's rule; without a header of its own, the adapter's fallback header."""
+        rule = self.fallback.model_dump()
+        if rule["header"] is None and self.adapter.fallback_header:
+            rule["header"] = self.adapter.fallback_header
+            rule["header_values"] = self.adapter.fallback_values
+        return rule
 
     def start(self) -> None:
         # Long on purpose: Everything the Locust process needs, written once and started once: the
@@ -62,7 +75,10 @@ class LoadProcess:
             "timeout": self.load.timeout,
             "model": self.load.model,
             "endpoint": self.load.endpoint,
-            "fallback": self.fallback.model_dump(),
+            "fallback": self._fallback(),
+            "route_header": self.adapter.route,
+            "upstream_header": self.adapter.upstream.header if self.adapter.upstream else None,
+            "upstream_map": self.adapter.upstream.map if self.adapter.upstream else {},
             # Locust ignores --run-time when a load shape is in use; the shape stops itself.
             "run_time": self.run_time + 30,
         }

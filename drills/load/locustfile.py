@@ -39,6 +39,16 @@ def _is_fallback(headers: Any, text: str) -> bool:
     return bool(FALLBACK.get("contains")) and FALLBACK["contains"] in text
 
 
+def _served_by(record: dict[str, Any], headers: Any) -> None:
+    """The route and upstream the gateway says it took, by its adapter's headers (upstream
+    values mapped to the stack's hop names)."""
+    if CONFIG.get("route_header"):
+        record["route"] = headers.get(CONFIG["route_header"])
+    if CONFIG.get("upstream_header"):
+        value = headers.get(CONFIG["upstream_header"])
+        record["upstream"] = CONFIG["upstream_map"].get(value, value) if value else None
+
+
 def _new_record(trace_id: str, endpoint: str) -> dict[str, Any]:
     """One request's line, before it is sent (the schema is ``drills.model.records.Record``)."""
     return Record.begin(trace_id, endpoint).model_dump()
@@ -82,7 +92,7 @@ class LLMUser(User):
                 f"{self.host}{path}", json=body, headers=headers, timeout=CONFIG["timeout"]
             )
             record["status"] = response.status_code
-            record["route"] = response.headers.get("x-drills-route")
+            _served_by(record, response.headers)
             record["trace_id"] = response.headers.get("x-trace-id", trace_id)
             payload = response.json() if response.content else {}
             if response.status_code == 200:
@@ -135,8 +145,7 @@ class LLMUser(User):
                 timeout=CONFIG["timeout"],
             ) as response:
                 record["status"] = response.status_code
-                record["route"] = response.headers.get("x-drills-route")
-                record["upstream"] = response.headers.get("x-drills-upstream")
+                _served_by(record, response.headers)
                 record["trace_id"] = response.headers.get("x-trace-id", trace_id)
                 if CONFIG["stream"] and response.status_code == 200:
                     last = None

@@ -65,6 +65,8 @@ class StackInfo(_Model):
     profile: str | None = None
     """The embedded stack's profile; ``None`` for an attached stack."""
     components: list[dict[str, Any]] = Field(default_factory=list)
+    adapter: str = "drills"
+    """The gateway adapter the harness read the gateway with (``drills.model.gateways``)."""
 
 
 class PhaseWindow(_Model):

@@ -18,11 +18,15 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     TypeAdapter,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -30,6 +34,7 @@ from drills.common.errors import ConfigError
 from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import CheckFamily, family_of, known_checks
+from drills.model.gateways import GatewayAdapter, merged
 from drills.model.references import scenario_references
 
 __all__ = [
@@ -414,10 +419,11 @@ class LoadConfig(_Model):
 
 
 class FallbackRule(_Model):
-    """How a fallback answer is recognised: its text, or the gateway's route header."""
+    """How a fallback answer is recognised: its text, or a response header's value. Without
+    ``header``, the gateway adapter's fallback header (if it has one) is used."""
 
     contains: str | None = None
-    header: str | None = "x-drills-route"
+    header: str | None = None
     header_values: list[str] = Field(default_factory=lambda: ["fallback"])
 
 
@@ -546,12 +552,26 @@ class AbortCondition(_Model):
 
 
 class Attach(_Model):
+    """A stack the user runs: its gateway, its Toxiproxy, and how to read the gateway."""
+
     gateway: str
     toxiproxy: str
+    adapter: str | dict[str, Any] = "drills"
+    """The gateway adapter (``drills``, ``litellm``, ``envoy`` or a plugin's), or
+    ``{use: NAME, FIELD: value, ...}`` to override fields of one (``drills.model.gateways``)."""
     config: str | None = None
     """The stack's config file (for ``stack_lint``), when the attached stack has one."""
     metrics: dict[str, str] = Field(default_factory=dict)
     """Extra Prometheus endpoints by source name (e.g. ``vllm-0: http://host:8000/metrics``)."""
+
+    @field_validator("adapter")
+    @classmethod
+    def _known_adapter(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        merged(value)  # an unknown name or a bad override is refused here, where it is written
+        return value
+
+    def gateway_adapter(self) -> GatewayAdapter:
+        return merged(self.adapter)
 
 
 class SLO(_Model):
@@ -564,6 +584,13 @@ class SLO(_Model):
     window: Duration = 5.0
 
 
+def _unwrap_attach(value: Any) -> Any:
+    """``{attach: {...}}`` and ``{...}`` mean the same attached stack."""
+    if isinstance(value, dict) and set(value) == {"attach"}:
+        return value["attach"]
+    return value
+
+
 class Scenario(_Model):
     drill: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
     title: str
@@ -573,7 +600,13 @@ class Scenario(_Model):
         default_factory=list
     )
     """Labels to select drills by (``pytest -m TAG``, game-day plans)."""
-    stack: str | Attach = "sound"
+    stack: Annotated[
+        Annotated[str, Tag("profile")] | Annotated[Attach, Tag("attach")],
+        Discriminator(lambda v: "profile" if isinstance(v, str) else "attach"),
+        BeforeValidator(_unwrap_attach),
+    ] = "sound"
+    """A stack profile (``sound``, ``unsound``, ...), or ``{attach: {gateway: URL, toxiproxy:
+    URL, adapter: NAME}}`` for a stack the user runs (``attach:`` may be left out)."""
     load: LoadConfig
     fallback: FallbackRule = Field(default_factory=FallbackRule)
     phases: list[Phase] = Field(min_length=1)

@@ -1,0 +1,191 @@
+"""Gateway adapters: what the harness reads from a gateway, as data. Built-in ones for ours,
+LiteLLM and Envoy; overrides from the attach section; bad adapters refused with file, line and
+what is allowed; the liveness probe as the adapter describes it, against a real HTTP server
+that answers as LiteLLM does; breaker checks read each adapter's own signal and say it is the
+gateway's claim."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drills.checks import Evaluation, evaluate
+from drills.common.errors import StackError
+from drills.engine.runner import StackEndpoints, check_health
+from drills.model.gateways import BUILTIN, merged
+from drills.model.journal import FaultRecord, Probe
+from drills.model.scenario import Check, Scenario, load_scenario
+from tests.helpers import problems
+
+T0 = 1_800_000_000.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_builtin_adapters_and_an_unknown_one() -> None:
+    assert set(BUILTIN) >= {"drills", "litellm", "envoy"}
+    assert merged("litellm").health.path == "/health/liveliness"
+    with pytest.raises(ValueError, match="unknown gateway adapter 'kong'; expected one of: "):
+        merged("kong")
+
+
+def test_an_override_changes_only_what_it_names() -> None:
+    over = merged({"use": "litellm", "health": {"path": "/health/readiness", "timeout": "2s"}})
+    assert (over.health.path, over.health.timeout) == ("/health/readiness", 2.0)
+    assert over.upstream == BUILTIN["litellm"].upstream
+    assert over.breaker_opened == BUILTIN["litellm"].breaker_opened
+
+
+def attached(tmp_path: Path, adapter: str) -> Path:
+    text = (ROOT / "scenarios" / "inference-latency.yaml").read_text()
+    text = text.replace(
+        "stack: sound",
+        "stack:\n  attach:\n    gateway: http://127.0.0.1:4000\n    toxiproxy: "
+        f"http://127.0.0.1:8474\n    adapter: {adapter}",
+    )
+    path = tmp_path / "scenarios" / "drill.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    for folder in ("prompts", "runbooks"):
+        (path.parent / folder).symlink_to(ROOT / "scenarios" / folder)
+    return path
+
+
+def test_the_attach_section_of_the_readme_validates(tmp_path: Path) -> None:
+    scenario, _ = load_scenario(attached(tmp_path, "litellm"))
+    assert not isinstance(scenario.stack, str)
+    assert scenario.stack.gateway_adapter().name == "litellm"
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [
+        ("kong", "unknown gateway adapter 'kong'; expected one of: drills, litellm, envoy"),
+        (
+            "{use: litellm, upstream: {header: x-litellm-model-id, map: {abc: ''}}}",
+            "map: 'abc' maps to no hop",
+        ),
+        ("{use: envoy, health: {path: ready}}", "should match pattern '^/'"),
+        ("{use: litellm, colour: red}", "colour"),
+    ],
+)
+def test_a_bad_adapter_is_refused_where_it_is_written(
+    tmp_path: Path, adapter: str, message: str
+) -> None:
+    path = attached(tmp_path, adapter)
+    [problem] = problems(load_scenario, path)
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "adapter:" in t)
+    assert problem.startswith(f"{path}:{line} stack"), problem
+    assert message in problem
+
+
+class LiteLLMLike(BaseHTTPRequestHandler):
+    """Answers as LiteLLM proxy does: ``/health`` needs the key, ``/health/liveliness`` not."""
+
+    def do_GET(self) -> None:
+        status = {"/health/liveliness": 200, "/version": 200}.get(self.path, 401)
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b'"I\'m alive!"')
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def litellm_like() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LiteLLMLike)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_liveness_probe_is_the_adapters(litellm_like: str) -> None:
+    check_health(StackEndpoints(litellm_like, litellm_like, {}, adapter=merged("litellm")))
+    with pytest.raises(StackError, match=r"/health is not healthy: HTTP 401; expected 200"):
+        check_health(StackEndpoints(litellm_like, litellm_like, {}, adapter=merged("drills")))
+
+
+def scenario() -> Scenario:
+    return Scenario.model_validate(
+        {
+            "drill": "t",
+            "title": "t",
+            "load": {"users": 1},
+            "phases": [
+                {"name": "baseline", "duration": "10s"},
+                {
+                    "name": "fault",
+                    "duration": "10s",
+                    "inject": [{"kind": "toxiproxy.latency", "target": "vllm-0", "latency": "3s"}],
+                },
+            ],
+            "expect": [{"check": "error_rate", "below": 0.5}],
+        }
+    )
+
+
+def probe(at: float, name: str, value: float, **labels: str) -> Probe:
+    return Probe.model_validate(
+        {
+            "time": T0 + at,
+            "source": "gateway",
+            "samples": [{"name": name, "labels": labels, "value": value}],
+        }
+    )
+
+
+def evaluation(adapter: str, probes: list[Probe]) -> Evaluation:
+    fault = FaultRecord(
+        index=0,
+        phase="fault",
+        kind="toxiproxy.latency",
+        target="vllm-0",
+        scheduled_offset=0,
+        scheduled_end=10,
+        applied_at=T0 + 10,
+        reverted_at=T0 + 20,
+    )
+    phases = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
+    ev = Evaluation(scenario(), [], phases, (T0, T0 + 20), [fault], probes)
+    ev.adapter = merged(
+        adapter
+        if adapter != "litellm"
+        else {"use": "litellm", "breaker_opened": {"map": {"dep-a": "vllm-0"}}}
+    )
+    return ev
+
+
+def test_litellm_cooldown_read_from_its_deployment_state() -> None:
+    state = "litellm_deployment_state"
+    probes = [probe(t, state, 0.0, model_id="dep-a") for t in (9, 11, 13)]
+    probes += [probe(15, state, 2.0, model_id="dep-a"), probe(17, state, 2.0, model_id="dep-a")]
+    probes += [probe(15, state, 2.0, model_id="dep-b")]  # another deployment's cooldown
+    ev = evaluation("litellm", probes)
+    [opened] = evaluate(ev, [Check(check="breaker_opened_within", target="vllm-0", below="8s")])
+    assert opened.passed and opened.observed == pytest.approx(5.0)
+    assert "the gateway's claim: litellm_deployment_state (litellm adapter)" in opened.reason
+
+
+def test_envoy_ejections_counted_as_openings() -> None:
+    gauge = "envoy_cluster_outlier_detection_ejections_active"
+    values = [0, 1, 1, 0, 1, 0]
+    probes = [
+        probe(10 + i, gauge, float(v), envoy_cluster_name="vllm-0") for i, v in enumerate(values)
+    ]
+    ev = evaluation("envoy", probes)
+    ev.adapter = merged({"use": "envoy", "breaker_opens": None})
+    [opens] = evaluate(ev, [Check(check="breaker_opens", target="vllm-0", during="fault", above=1)])
+    assert opens.observed == 2 and opens.passed
+
+
+def test_a_gateway_that_never_says_its_breaker_opened_fails_the_check() -> None:
+    ev = evaluation("drills", [probe(12, "drills_gateway_up", 1.0)])
+    [opened] = evaluate(ev, [Check(check="breaker_opened_within", target="vllm-0", below="8s")])
+    assert not opened.passed and "never opened" in opened.reason
