@@ -3,6 +3,7 @@ value and what is allowed, by `drills validate` too (exit 2), touching nothing."
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,30 @@ def yaml_of(text: str) -> dict:
 
     data: dict = yaml.safe_load(text)
     return data
+
+
+def test_another_profile_is_checked_before_any_stack_starts(tmp_path: Path) -> None:
+    # The shipped latency drill slows the backup hop, which the unsound profile does not have:
+    # refused at once, exit 2, and no stack was started for it.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "drills.cli",
+            "run",
+            str(ROOT / "scenarios" / "inference-latency.yaml"),
+            "--profile",
+            "unsound",
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "phases[1].inject[2].target: the stack has no hop 'backup'" in out.stderr
+    assert not (tmp_path / "state" / "drills" / "stack").exists()

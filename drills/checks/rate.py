@@ -1,4 +1,5 @@
-"""Shares of the requests in a window: ``error_rate``, ``fallback_rate``, ``success_rate``."""
+"""Shares of the requests in a window: ``error_rate``, ``fallback_rate``, ``success_rate``,
+``truncated_rate`` (answers shorter than the pinned length: ``load.pin_length``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def check_rate(check: Check, ev: Evaluation) -> CheckResult:
         hits = sum(is_error(r) for r in records)
     elif check.check == "fallback_rate":
         hits = sum(bool(r.fallback) for r in records)
+    elif check.check == "truncated_rate":
+        hits = sum(r.truncated for r in records)
     else:
         hits = sum(not is_error(r) and not r.fallback for r in records)
     return result(check, "rate", hits / len(records), len(records))

@@ -58,7 +58,13 @@ from drills.model.journal import (
     TimelineEvent,
 )
 from drills.model.records import Record
-from drills.model.scenario import Attach, Scenario, check_targets, expand_env
+from drills.model.scenario import (
+    Attach,
+    Scenario,
+    check_profile,
+    check_targets,
+    expand_env,
+)
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, build
 
@@ -254,6 +260,9 @@ class Runner:
         scenario = self.scenario
         policy = self.policy = self.options.safety or load_policy()
         check_scenario(scenario, self.doc, policy, attach_urls(attach_of(scenario, self.options)))
+        if self.options.profile and attach_of(scenario, self.options) is None:
+            # Another profile than the scenario's: its hops are known before it is started.
+            check_profile(scenario, self.doc, self.options.profile)
         run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
         with register_run(self.run_id, f"drill {scenario.drill}", run_dir) as abort_path:

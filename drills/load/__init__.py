@@ -70,6 +70,7 @@ class LoadProcess:
             "shape": self.load.shape.model_dump(by_alias=False),
             "prompts": self.prompts,
             "max_tokens": self.load.max_tokens,
+            "min_tokens": self.load.max_tokens if self.load.pin_length else None,
             "stream": self.load.stream,
             "wait": self.load.wait,
             "timeout": self.load.timeout,

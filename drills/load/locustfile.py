@@ -106,7 +106,7 @@ class LLMUser(User):
             else:
                 error = payload.get("error") if isinstance(payload, dict) else None
                 record["error"] = (error or {}).get("message") or f"HTTP {response.status_code}"
-        except (requests.RequestException, ValueError) as exc:
+        except Exception as exc:  # any failure is this request's record, never a lost line
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         record["e2e"] = time.perf_counter() - started
         _write(record)
@@ -120,22 +120,22 @@ class LLMUser(User):
         )
 
     def chat(self) -> None:
-        # Long on purpose: One streamed request timed end to end: the timing points (start, first
-        # token, each gap, end) and the record they fill stay in one piece so that what is measured
-        # is plain.
         messages = random.choice(CONFIG["prompts"])
         body: dict[str, Any] = {
             "messages": messages,
             "max_tokens": CONFIG["max_tokens"],
             "stream": CONFIG["stream"],
         }
+        if CONFIG.get("min_tokens"):
+            # vLLM's own sampling parameter: the answer must be this long, so a shorter one
+            # is a cut, whatever clean end a gateway dresses it in.
+            body["min_tokens"] = CONFIG["min_tokens"]
         if CONFIG.get("model"):
             body["model"] = CONFIG["model"]
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
         record = _new_record(trace_id, "chat")
         started = time.perf_counter()
-        text: list[str] = []
         try:
             with self.session.post(
                 f"{self.host}/v1/chat/completions",
@@ -148,46 +148,15 @@ class LLMUser(User):
                 _served_by(record, response.headers)
                 record["trace_id"] = response.headers.get("x-trace-id", trace_id)
                 if CONFIG["stream"] and response.status_code == 200:
-                    last = None
-                    # chunk_size=None: hand over each chunk as it arrives (see module docstring).
-                    for line in response.iter_lines(chunk_size=None):  # type: ignore[call-overload]
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            break
-                        chunk = json.loads(data)
-                        if "error" in chunk:
-                            record["error"] = str(chunk["error"].get("message", "stream error"))
-                            continue
-                        for choice in chunk.get("choices") or ():
-                            piece = (choice.get("delta") or {}).get("content")
-                            if piece:
-                                now = time.perf_counter()
-                                if last is None:
-                                    record["ttft"] = now - started
-                                else:
-                                    record["itl"].append(now - last)
-                                last = now
-                                record["tokens"] += 1
-                                text.append(piece)
+                    full, done = _read_stream(response, record, started)
                 else:
-                    payload = response.json() if response.content else {}
-                    if response.status_code == 200:
-                        record["ttft"] = time.perf_counter() - started
-                        text.append(payload["choices"][0]["message"]["content"] or "")
-                        record["tokens"] = (payload.get("usage") or {}).get("completion_tokens", 0)
-                    else:
-                        error = payload.get("error") if isinstance(payload, dict) else None
-                        record["error"] = (error or {}).get(
-                            "message"
-                        ) or f"HTTP {response.status_code}"
-                full = "".join(text)
+                    full, done = _read_whole(response, record, started)
                 record["fallback"] = _is_fallback(response.headers, full)
                 record["text"] = full[:300]
                 if response.status_code != 200 and record["error"] is None:
                     record["error"] = f"HTTP {response.status_code}"
-        except requests.RequestException as exc:
+                _judge_complete(record, done)
+        except Exception as exc:  # any failure is this request's record, never a lost line
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         record["e2e"] = time.perf_counter() - started
         _write(record)
@@ -199,6 +168,81 @@ class LLMUser(User):
             exception=RuntimeError(record["error"]) if record["error"] else None,
             context={},
         )
+
+
+def _read_stream(response: Any, record: dict[str, Any], started: float) -> tuple[str, bool]:
+    """Read an SSE answer chunk by chunk, timing each content token; the text, and whether
+    the stream ended with ``[DONE]``."""
+    text: list[str] = []
+    last = None
+    # chunk_size=None: hand over each chunk as it arrives (see module docstring).
+    for line in response.iter_lines(chunk_size=None):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return "".join(text), True
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            record["error"] = record["error"] or f"malformed chunk: {data[:80]!r}"
+            continue
+        if not isinstance(chunk, dict):
+            record["error"] = record["error"] or f"malformed chunk: {data[:80]!r}"
+            continue
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            record["error"] = str(message or "stream error")
+            continue
+        for choice in chunk.get("choices") or ():
+            record["finish_reason"] = choice.get("finish_reason") or record["finish_reason"]
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                now = time.perf_counter()
+                if last is None:
+                    record["ttft"] = now - started
+                else:
+                    record["itl"].append(now - last)
+                last = now
+                record["tokens"] += 1
+                text.append(piece)
+    return "".join(text), False
+
+
+def _read_whole(response: Any, record: dict[str, Any], started: float) -> tuple[str, bool]:
+    """A non-streamed answer (or an error body); the text, and ``True`` (nothing to end)."""
+    payload = response.json() if response.content else {}
+    if response.status_code != 200:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        record["error"] = str(message or f"HTTP {response.status_code}")
+        return "", True
+    record["ttft"] = time.perf_counter() - started
+    choice = (payload.get("choices") or [{}])[0]
+    record["finish_reason"] = choice.get("finish_reason")
+    record["tokens"] = (payload.get("usage") or {}).get("completion_tokens", 0)
+    return str((choice.get("message") or {}).get("content") or ""), True
+
+
+def _judge_complete(record: dict[str, Any], done: bool) -> None:
+    """An answer that did not end as a complete one is an error, and says why: no
+    ``[DONE]``, no ``finish_reason``, or (with the length pinned) fewer tokens than asked for.
+    A fallback answer is judged by what it is (a short canned text), not by its length."""
+    if record["status"] != 200 or record["error"]:
+        return
+    if not done:
+        record["error"] = "incomplete: the stream ended without [DONE]"
+    elif record["finish_reason"] is None:
+        record["error"] = "incomplete: the answer has no finish_reason"
+    elif pinned := CONFIG.get("min_tokens"):
+        short = record["tokens"] < pinned and not record["fallback"]
+        if short:
+            record["truncated"] = True
+            record["error"] = (
+                f"truncated: {record['tokens']} of {pinned} tokens "
+                f"(finish_reason {record['finish_reason']!r})"
+            )
 
 
 class DrillShape(LoadTestShape):

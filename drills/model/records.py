@@ -33,6 +33,11 @@ class Record(BaseModel):
     error: str | None = None
     """Why the request failed, as the client saw it; ``None`` when it did not."""
     tokens: int = 0
+    """Content tokens the client received (chunks carrying content, when streamed)."""
+    finish_reason: str | None = None
+    """The last ``finish_reason`` the answer carried (``stop``, ``length``); ``None``: none."""
+    truncated: bool = False
+    """With the length pinned (``load.pin_length``): fewer tokens came than were asked for."""
     fallback: bool = False
     """The answer was the stack's fallback (by text or by the route header)."""
     route: str | None = None

@@ -48,6 +48,7 @@ __all__ = [
     "LoadConfig",
     "Phase",
     "Scenario",
+    "check_profile",
     "check_targets",
     "expand_env",
     "fault_models",
@@ -401,6 +402,10 @@ class LoadConfig(_Model):
     """A JSONL file (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line), relative to
     the scenario file, or a list of prompts."""
     max_tokens: int = Field(default=8, ge=1, le=4096)
+    pin_length: bool = False
+    """Ask the engine for exactly ``max_tokens`` (vLLM's ``min_tokens``): a shorter answer is
+    then a cut one (``truncated``), whatever clean end a gateway dressed it in. Chat only; the
+    upstream must be vLLM (or honour ``min_tokens``)."""
     stream: bool = True
     wait: Duration = 1.0
     """Think time between one user's requests. Without it a user fires its next request the
@@ -457,6 +462,8 @@ class Check(_Model):
     metric: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     agg: Literal["increase", "max", "min", "last"] = "last"
+    baseline: str | None = None
+    """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
     since: Literal["fault_start", "fault_end"] = "fault_end"
     """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
     runbook: str | None = None
@@ -656,12 +663,14 @@ class Scenario(_Model):
                         fault.for_,
                     )
         for i, check in enumerate(self.expect):
-            if check.during is not None and check.during not in names:
-                yield (
-                    ("expect", i, "during"),
-                    f"no phase of that name; expected one of: {', '.join(names)}",
-                    check.during,
-                )
+            for field in ("during", "baseline"):
+                phase = getattr(check, field)
+                if phase is not None and phase not in names:
+                    yield (
+                        ("expect", i, field),
+                        f"no phase of that name; expected one of: {', '.join(names)}",
+                        phase,
+                    )
         for key, value in self.load.headers.items():
             for name in ENV_REF.findall(value):
                 if name not in os.environ:
@@ -759,17 +768,22 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
     if broken:
         raise ConfigError(broken)
     if isinstance(scenario.stack, str):
-        from stack.config import load_stack_config
-
-        try:
-            config = load_stack_config(scenario.stack)
-        except ConfigError as exc:
-            raise ConfigError(
-                [f"{doc.path}:{doc.line_of(('stack',))} stack: {p}" for p in exc.problems]
-            ) from None
-        hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
-        check_targets(scenario, doc, hops, config.component_names)
+        check_profile(scenario, doc, scenario.stack)
     return scenario, doc
+
+
+def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) -> None:
+    """Refuse faults on hops or components that the stack profile ``profile`` does not have,
+    before any stack is started (``ConfigError`` located in the scenario file)."""
+    from stack.config import load_stack_config
+
+    try:
+        config = load_stack_config(profile)
+    except ConfigError as exc:
+        where = f"{doc.path}:{doc.line_of(('stack',))} " if doc else ""
+        raise ConfigError([f"{where}stack: {p}" for p in exc.problems]) from None
+    hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
+    check_targets(scenario, doc, hops, config.component_names)
 
 
 def scenario_schema() -> dict[str, Any]:
