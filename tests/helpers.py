@@ -16,3 +16,18 @@ def problems(load: Callable[[Path], Any], path: Path) -> list[str]:
     with pytest.raises(ConfigError) as info:
         load(path)
     return info.value.problems
+
+
+def anchored(text: str, origin: Path) -> str:
+    """The text of a scenario file from the folder ``origin`` with its relative runbook and
+    prompts references made absolute, so that a copy a test writes elsewhere still validates
+    (references are checked when a scenario is loaded)."""
+    import re
+
+    def absolute(match: re.Match[str]) -> str:
+        key, value = match.group(1), match.group(2)
+        if "://" in value or value.startswith("/"):
+            return match.group(0)
+        return f"{key}{(origin / value).resolve()}"
+
+    return re.sub(r"((?:runbook|prompts): ?)([A-Za-z0-9_.][^\s,}\]'\"]*)", absolute, text)

@@ -13,6 +13,7 @@ from drills.model.scenario import Attach, Check, GpuMemoryPressureFault, load_sc
 from injectors.base import InjectionContext, build
 from injectors.gpu import GpuUnavailable, gpu_samples, nvml_status
 from tests.conftest import RunningStack
+from tests.helpers import anchored
 
 ROOT = Path(__file__).resolve().parent.parent
 STATUS = nvml_status()
@@ -79,9 +80,9 @@ def test_a_drill_with_gpu_faults_on_a_machine_without_gpus_stops_and_says_why(
         pytest.skip("this machine has a GPU: the unavailable path does not apply")
     path = tmp_path / "gpu.yaml"
     path.write_text(
-        (ROOT / "tests" / "scenarios" / "tiny.yaml")
-        .read_text()
-        .replace(
+        anchored(
+            (ROOT / "tests" / "scenarios" / "tiny.yaml").read_text(), ROOT / "tests" / "scenarios"
+        ).replace(
             "{kind: toxiproxy.latency, target: vllm-0, latency: 200ms}",
             "{kind: gpu.memory_pressure, target: '0', share: 0.5}",
         )

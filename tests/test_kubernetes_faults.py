@@ -17,6 +17,7 @@ from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env
+from tests.helpers import anchored
 from tests.kube_env import MANIFESTS, Kube
 
 pytestmark = pytest.mark.kubernetes
@@ -117,7 +118,7 @@ def test_safety_refuses_before_any_call_changes_anything(kube: Kube) -> None:
 
 
 def _scenario(tmp_path: Path, kube: Kube, namespace: str = "llm") -> Path:
-    text = (ROOT / "scenarios" / "gpu-pod-loss-k8s.yaml").read_text()
+    text = anchored((ROOT / "scenarios" / "gpu-pod-loss-k8s.yaml").read_text(), ROOT / "scenarios")
     data = yaml.safe_load(text)
     data["kubernetes"]["kubeconfig"] = str(kube.kubeconfig)
     data["kubernetes"]["allowed_contexts"] = [kube.context]
@@ -176,7 +177,8 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
     from drills.engine.runner import Runner, RunOptions
     from drills.model.scenario import Attach
 
-    data = yaml.safe_load((ROOT / "tests" / "scenarios" / "short-pod-loss-k8s.yaml").read_text())
+    source = ROOT / "tests" / "scenarios" / "short-pod-loss-k8s.yaml"
+    data = yaml.safe_load(anchored(source.read_text(), source.parent))
     data["kubernetes"]["kubeconfig"] = str(kube.kubeconfig)
     data["kubernetes"]["allowed_contexts"] = [kube.context]
     path = tmp_path / "drill.yaml"

@@ -10,6 +10,7 @@ import pytest
 
 from drills.common.redact import redact, redact_url, sensitive_key
 from tests.conftest import RunningStack, drills_cli, isolated_env
+from tests.helpers import anchored
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
@@ -45,7 +46,7 @@ def test_a_run_with_credentials_writes_none_of_them(
     password, token = "pw-5f1c9e", "tok-0a7d33b2"
     scenario = tmp_path / "secret.yaml"
     scenario.write_text(
-        TINY.read_text().replace(
+        anchored(TINY.read_text(), TINY.parent).replace(
             "load: {users: 1,",
             "load: {headers: {Authorization: 'Bearer ${DRILLS_TEST_TOKEN}', X-Team: sre}, "
             "users: 1,",
