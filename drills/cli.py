@@ -147,6 +147,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     abort.add_argument("run_id", nargs="?", help="one run (default: every run on this machine)")
     abort.add_argument("--reason", default="kill switch", help="recorded in the journal")
+    abort.add_argument(
+        "--ledger", type=Path, help="the ledger of applied faults (default: $DRILLS_LEDGER)"
+    )
+
+    faults = commands.add_parser(
+        "faults", help="list the faults in force on this machine's ledger, by run, with their age"
+    )
+    faults.add_argument(
+        "--ledger", type=Path, help="the ledger of applied faults (default: $DRILLS_LEDGER)"
+    )
+    faults.add_argument("--json", action="store_true")
 
     lint = commands.add_parser(
         "lint", help="check a stack config's timeouts, retries and breakers for contradictions"
@@ -254,6 +265,7 @@ def _run(args: argparse.Namespace) -> int:
         "gameday": _gameday,
         "note": _note,
         "abort": _abort,
+        "faults": _faults,
     }.get(args.command)
     if handler is None:
         raise AssertionError(f"unhandled command {args.command!r}")
@@ -328,14 +340,68 @@ def _note(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
+    """Stop every live run (each reverts its own faults); with none alive, revert what the
+    ledger holds of runs that are gone, so that the kill switch always clears."""
+    from drills.engine.ledger import Ledger
     from drills.engine.safety import request_abort
 
+    ledger = _ledger(args.ledger)
     runs = request_abort(args.run_id, args.reason)
-    if not runs:
-        print("no drill is running on this machine")
-        return EXIT_FAILED
     for run in runs:
         print(f"abort sent to {run['what']} (run {run['run_id']}, pid {run['pid']})")
+    if runs:
+        return EXIT_OK
+    removed = Ledger(ledger).sweep()
+    for item in removed:
+        print(f"removed {item['kind']} on {item['target']} ({item.get('method')})")
+    left = Ledger(ledger).entries()
+    if left:
+        for key, entry in left.items():
+            print(f"could not remove {entry['kind']} on {entry['target']} ({key})", file=sys.stderr)
+        return EXIT_FAILED
+    print(
+        f"no drill is running on this machine; removed {len(removed)} fault(s) from {ledger}"
+        if removed
+        else "no drill is running on this machine and no fault is in force"
+    )
+    return EXIT_OK
+
+
+def _ledger(path: Path | None) -> Path:
+    """The ledger to act on; a ``--ledger`` that is not there is bad input (exit 2)."""
+    from drills.engine.ledger import default_ledger_path
+
+    if path is not None and not path.exists():
+        raise InputError(f"--ledger {path}: no such file")
+    return path or default_ledger_path()
+
+
+def _faults(args: argparse.Namespace) -> int:
+    import time as clock
+
+    from drills.common.system import pid_alive
+    from drills.engine.ledger import Ledger
+
+    entries = Ledger(_ledger(args.ledger)).entries()
+    rows = [
+        {
+            "run": key.rsplit("-", 1)[0],
+            "kind": e["kind"],
+            "target": e["target"],
+            "pid": e.get("pid"),
+            "run_alive": bool(e.get("pid")) and pid_alive(int(e["pid"])),
+            "age_s": round(clock.time() - e["recorded_at"], 1) if e.get("recorded_at") else None,
+        }
+        for key, e in sorted(entries.items())
+    ]
+    if args.json:
+        return _print_json(rows)
+    if not rows:
+        print("no fault is in force")
+    for row in rows:
+        age = f"{row['age_s']:.0f}s" if row["age_s"] is not None else "?"
+        state = "run alive" if row["run_alive"] else "run gone: `drills abort` removes it"
+        print(f"{row['run']}  {row['kind']} on {row['target']}  for {age}  ({state})")
     return EXIT_OK
 
 

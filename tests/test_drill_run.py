@@ -24,7 +24,7 @@ from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import register
 from stack.config import load_stack_config
-from tests.conftest import LiveGateway, RunningStack
+from tests.conftest import LiveGateway, RunningStack, drills_cli, isolated_env
 
 pytestmark = pytest.mark.stack
 
@@ -313,3 +313,31 @@ def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_jou
     suite = ET.parse(Path(journal["run_dir"]) / "junit.xml").getroot()
     reverted = next(c for c in suite.iter("testcase") if c.get("name") == "every fault reverted")
     assert reverted.find("failure") is not None
+
+
+def test_abort_with_its_runner_gone_clears_what_the_ledger_holds(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    env = isolated_env(tmp_path)
+    proc = subprocess.Popen(
+        run_argv(stack, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    _wait_for_toxics(stack, 3)
+    proc.kill()  # SIGKILL: the OOM killer, a cancelled CI job
+    proc.wait()
+    listed = subprocess.run(drills_cli("faults"), capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 3 and all("run gone: `drills abort` removes it" in line for line in lines)
+    assert {line.split()[1] for line in lines} == {"toxiproxy.latency"}
+    aborted = subprocess.run(drills_cli("abort"), capture_output=True, text=True, env=env)
+    assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+    for hop in ("vllm-0", "vllm-1", "backup"):
+        assert f"removed toxiproxy.latency on {hop}" in aborted.stdout
+    assert "removed 3 fault(s)" in aborted.stdout
+    assert stack.toxics() == []
+    assert Ledger(tmp_path / "ledger.json").entries() == {}

@@ -205,6 +205,31 @@ def test_kill_switch_reverts_everything_and_marks_the_run_aborted(
     assert journal["aborted"]["reason"] == "kill switch (drills abort)"
     assert journal["aborted"]["by"] and "game master says stop" in json.dumps(journal["aborted"])
     assert all(f["reverted_at"] for f in journal["faults"])
-    # Nothing is left registered; a second abort finds nothing to stop.
+    # Nothing is left registered or applied; a second abort says so and succeeds.
     again = subprocess.run(drills_cli("abort"), capture_output=True, text=True, env=env)
-    assert again.returncode == 1 and "no drill is running" in again.stdout
+    assert again.returncode == 0, again.stderr
+    assert "no drill is running on this machine and no fault is in force" in again.stdout
+
+
+def test_a_corrupt_ledger_is_refused_and_kept_never_emptied(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text('{"run-0": {"kind": "toxiproxy.latency", "target": "vllm-0"')  # cut off
+    env = isolated_env(tmp_path)
+    for command in ("faults", "abort"):
+        out = subprocess.run(drills_cli(command), capture_output=True, text=True, env=env)
+        assert out.returncode == 2, (command, out.stdout, out.stderr)
+        assert f"{ledger}: the ledger of applied faults is not JSON" in out.stderr
+        assert "a copy is kept at" in out.stderr
+    kept = list(tmp_path.glob("ledger.json.corrupt-*"))
+    assert kept and kept[0].read_text() == ledger.read_text()  # untouched, and a copy aside
+
+
+def test_faults_and_abort_refuse_a_ledger_that_is_not_there(tmp_path: Path) -> None:
+    for command in ("faults", "abort"):
+        out = subprocess.run(
+            drills_cli(command, "--ledger", str(tmp_path / "nope.json")),
+            capture_output=True,
+            text=True,
+            env=isolated_env(tmp_path),
+        )
+        assert out.returncode == 2 and "--ledger" in out.stderr and "no such file" in out.stderr
