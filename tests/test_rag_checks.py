@@ -149,3 +149,10 @@ def test_breaker_opens_and_tool_timeouts_are_increases_in_the_window() -> None:
     assert one(ev, check="tool_timeouts", during="fault", above=0).observed == 4
     baseline = one(ev, check="breaker_opens", target="vectordb", during="baseline", above=0)
     assert baseline.observed == 1
+
+
+def test_the_shipped_standard_queries_are_found() -> None:
+    from drills.probes.retrieval import STANDARD_QUERIES, load_queries
+
+    assert STANDARD_QUERIES.is_file()
+    assert len(load_queries(None).queries) >= 10

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 STANDARD_QUERIES = (
-    Path(__file__).resolve().parent.parent / "scenarios" / "retrieval" / ("standard-queries.yaml")
+    Path(__file__).resolve().parents[2] / "scenarios" / "retrieval" / ("standard-queries.yaml")
 )
 
 
