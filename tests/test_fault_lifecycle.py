@@ -66,6 +66,21 @@ def test_every_revert_runs_when_one_raises_runtime_error(tmp_path: Path) -> None
     assert set(ledger.entries()) == {"run1-1"}
 
 
+def test_a_revert_tried_again_on_the_way_out_is_one_failure_with_its_attempts(
+    tmp_path: Path,
+) -> None:
+    events: list[dict] = []
+    lifecycle = FaultLifecycle(
+        "run5", Ledger(tmp_path / "ledger.json"), lambda event, **d: events.append(d)
+    )
+    planned = fault(0, Recorder("y", RuntimeError("still stuck")))
+    lifecycle.apply(planned)
+    lifecycle.revert(planned)  # at the end of its window
+    lifecycle.revert(planned)  # and again by the exit stack
+    assert lifecycle.revert_errors == ["test.record on y: RuntimeError: still stuck"]
+    assert [e.get("attempt") for e in events if "attempt" in e] == [1, 2]
+
+
 def test_revert_error_is_recorded_as_written(tmp_path: Path) -> None:
     lifecycle = FaultLifecycle("run2", Ledger(tmp_path / "ledger.json"))
     planned = fault(0, Recorder("x", RevertError("the proxy is gone")))

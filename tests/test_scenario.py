@@ -266,3 +266,16 @@ def test_another_profile_is_checked_before_any_stack_starts(tmp_path: Path) -> N
     assert out.returncode == 2, out.stderr
     assert "phases[1].inject[2].target: the stack has no hop 'backup'" in out.stderr
     assert not (tmp_path / "state" / "drills" / "stack").exists()
+
+
+def test_a_scenario_dumps_every_field_of_its_faults() -> None:
+    # The journal keeps the scenario as a dump: a fault must keep its own fields (latency,
+    # jitter), not just those every fault has.
+    import warnings
+
+    scenario, _ = load_scenario(ROOT / "scenarios" / "inference-latency.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = scenario.model_dump(mode="json", by_alias=True)
+    fault = data["phases"][1]["inject"][0]
+    assert fault["kind"] == "toxiproxy.latency" and fault["latency"] == "3s"

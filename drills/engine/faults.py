@@ -47,6 +47,8 @@ class FaultRun:
     preflight: dict[str, Any] | None = None
     """What the injector said it would hit, read before anything was applied."""
     error: str | None = None
+    revert_attempts: int = 0
+    """Reverts that failed (one at the window's end, one more on the way out of the run)."""
 
     def record(self) -> FaultRecord:
         """What the journal keeps of it."""
@@ -77,8 +79,13 @@ class FaultLifecycle:
     run_id: str
     ledger: Ledger
     event: EventSink = _silent
-    revert_errors: list[str] = field(default_factory=list)
-    """One line per revert that failed, ``KIND on TARGET: error``."""
+    failed: dict[int, str] = field(default_factory=dict)
+    """The faults whose last revert failed, by index: ``KIND on TARGET: error``."""
+
+    @property
+    def revert_errors(self) -> list[str]:
+        """One line per fault that is still not reverted (its last attempt's error)."""
+        return [self.failed[i] for i in sorted(self.failed)]
 
     def _key(self, fault: FaultRun) -> str:
         return f"{self.run_id}-{fault.index}"
@@ -122,9 +129,13 @@ class FaultLifecycle:
             # The ledger entry stays, so the next run's sweep (or `drills abort`) retries it.
             what = str(exc) if isinstance(exc, RevertError) else f"{type(exc).__name__}: {exc}"
             fault.error = f"revert failed: {what}"
-            self.revert_errors.append(f"{fault.injector.kind} on {fault.injector.target}: {what}")
-            self.event("revert_failed", fault=fault.index, error=what)
+            fault.revert_attempts += 1
+            self.failed[fault.index] = f"{fault.injector.kind} on {fault.injector.target}: {what}"
+            self.event(
+                "revert_failed", fault=fault.index, attempt=fault.revert_attempts, error=what
+            )
             return
+        self.failed.pop(fault.index, None)
         self.ledger.forget(self._key(fault))
         self.event(
             "fault_reverted",

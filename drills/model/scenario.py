@@ -23,6 +23,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainValidator,
+    SerializeAsAny,
     Tag,
     TypeAdapter,
     create_model,
@@ -358,7 +359,7 @@ def _validate_fault(value: Any) -> FaultSpec:
     return fault
 
 
-Fault = Annotated[FaultSpec, PlainValidator(_validate_fault)]
+Fault = Annotated[SerializeAsAny[FaultSpec], PlainValidator(_validate_fault)]
 """One fault of a phase: a model of ``fault_models()``, chosen by its ``kind``."""
 
 
