@@ -1,8 +1,11 @@
-"""Helpers shared by the tests of YAML loading."""
+"""Helpers shared by the tests: YAML problems, scenario copies, small HTTP servers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +34,17 @@ def anchored(text: str, origin: Path) -> str:
         return f"{key}{(origin / value).resolve()}"
 
     return re.sub(r"((?:runbook|prompts): ?)([A-Za-z0-9_.][^\s,}\]'\"]*)", absolute, text)
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port, in a thread, answering with ``handler``;
+    yields its base URL and stops it afterwards."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,9 +6,8 @@ gateway's claim."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from drills.engine.runner import StackEndpoints, check_health
 from drills.model.gateways import BUILTIN, merged
 from drills.model.journal import FaultRecord, Probe
 from drills.model.scenario import Check, Scenario, load_scenario
-from tests.helpers import problems
+from tests.helpers import problems, serving
 
 T0 = 1_800_000_000.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,12 +97,8 @@ class LiteLLMLike(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def litellm_like() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LiteLLMLike)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(LiteLLMLike) as url:
+        yield url
 
 
 def test_the_liveness_probe_is_the_adapters(litellm_like: str) -> None:

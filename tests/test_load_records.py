@@ -8,10 +8,9 @@ that is not UTF-8, an answer cut short but dressed as complete, and a sound one.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from drills.load import LoadProcess, RecordReader
 from drills.model.records import Record
 from drills.model.scenario import FallbackRule, LoadConfig
+from tests.helpers import serving
 
 MODES = ("sound", "no-done", "no-finish", "malformed", "not-utf8", "short", "fallback")
 
@@ -64,12 +64,8 @@ class MisbehavingUpstream(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), MisbehavingUpstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(MisbehavingUpstream) as url:
+        yield url
 
 
 def records_for(upstream: str, tmp_path: Path, *, pin: bool) -> dict[str, list[Record]]:

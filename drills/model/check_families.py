@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Any, Literal
+
+from drills.common.plugins import load_plugins
 
 __all__ = [
     "BUILTIN",
@@ -151,16 +152,7 @@ def register(family: CheckFamily) -> None:
 @lru_cache(maxsize=1)
 def _plugins() -> tuple[CheckFamily, ...]:
     """The ``drills.checks`` entry points, loaded once per process."""
-    found = []
-    for entry in entry_points(group="drills.checks"):
-        family = entry.load()
-        if not isinstance(family, CheckFamily):
-            raise TypeError(
-                f"entry point drills.checks:{entry.name} ({entry.value}) is a "
-                f"{type(family).__name__}, not a drills.model.check_families.CheckFamily"
-            )
-        found.append(family)
-    return tuple(found)
+    return tuple(load_plugins("drills.checks", CheckFamily))
 
 
 def families() -> list[CheckFamily]:

@@ -16,11 +16,11 @@ field (``adapter: {use: litellm, health: {path: /health/readiness}}``).
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from drills.common.plugins import load_plugins
 from drills.common.units import Duration
 
 __all__ = [
@@ -180,16 +180,7 @@ def register(item: GatewayAdapter) -> None:
 @lru_cache(maxsize=1)
 def _plugins() -> dict[str, GatewayAdapter]:
     """The ``drills.gateways`` entry points, loaded once per process."""
-    found = {}
-    for entry in entry_points(group="drills.gateways"):
-        item = entry.load()
-        if not isinstance(item, GatewayAdapter):
-            raise TypeError(
-                f"entry point drills.gateways:{entry.name} ({entry.value}) is a "
-                f"{type(item).__name__}, not a drills.model.gateways.GatewayAdapter"
-            )
-        found[item.name] = item
-    return found
+    return {item.name: item for item in load_plugins("drills.gateways", GatewayAdapter)}
 
 
 def known_adapters() -> dict[str, GatewayAdapter]:
