@@ -215,3 +215,14 @@ def test_runbook_links_are_http_or_relative_only(
         assert "javascript:" not in text and "file:" not in text and "data:text" not in text
         if href is not None:
             assert href in text
+
+
+def test_a_fault_whose_revert_said_nothing_still_renders(tmp_path: Path) -> None:
+    # A third-party injector's revert outcome need not name a method; the report must render.
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    data["faults"][0]["revert"] = {"finished_at": 1_800_000_020.0}
+    data["faults"][0]["evidence"] = None
+    path.write_text(json.dumps(data))
+    html = render(path)["html"].read_text()
+    assert "at +20.010s</p>" in html and "(None)" not in html
