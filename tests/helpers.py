@@ -48,3 +48,31 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def made_up_scenario(
+    fault: dict[str, Any],
+    checks: list[dict[str, Any]] | None = None,
+    *,
+    recovery: bool = False,
+    **load: Any,
+) -> Any:
+    """A scenario for the checks' unit tests: 10 s of baseline, 10 s with ``fault``, and
+    (``recovery``) 20 s of recovery; ``load`` adds fields to the load section."""
+    from drills.model.scenario import Scenario
+
+    phases: list[dict[str, Any]] = [
+        {"name": "baseline", "duration": "10s"},
+        {"name": "fault", "duration": "10s", "inject": [fault]},
+    ]
+    if recovery:
+        phases.append({"name": "recovery", "duration": "20s"})
+    return Scenario.model_validate(
+        {
+            "drill": "t",
+            "title": "t",
+            "load": {"users": 1, **load},
+            "phases": phases,
+            "expect": checks or [{"check": "error_rate", "below": 0.5}],
+        }
+    )

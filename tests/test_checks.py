@@ -10,28 +10,15 @@ from drills.checks import Evaluation, evaluate, percentile
 from drills.model.journal import FaultRecord, Probe
 from drills.model.records import Record
 from drills.model.scenario import Check, Scenario
+from tests.helpers import made_up_scenario
 
 T0 = 1_800_000_000.0
 
 
 def scenario(*checks: dict[str, Any]) -> Scenario:
-    return Scenario.model_validate(
-        {
-            "drill": "t",
-            "title": "t",
-            "load": {"users": 1},
-            "phases": [
-                {"name": "baseline", "duration": "10s"},
-                {
-                    "name": "fault",
-                    "duration": "10s",
-                    "inject": [{"kind": "toxiproxy.down", "target": "vllm-0"}],
-                },
-                {"name": "recovery", "duration": "20s"},
-            ],
-            "expect": list(checks),
-        }
-    )
+    down: dict[str, Any] = {"kind": "toxiproxy.down", "target": "vllm-0"}
+    scenario: Scenario = made_up_scenario(down, list(checks), recovery=True)
+    return scenario
 
 
 def rec(at: float, e2e: float = 0.5, status: int = 200, fallback: bool = False) -> Record:

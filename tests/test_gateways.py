@@ -19,7 +19,7 @@ from drills.engine.runner import StackEndpoints, check_health
 from drills.model.gateways import BUILTIN, merged
 from drills.model.journal import FaultRecord, Probe
 from drills.model.scenario import Check, Scenario, load_scenario
-from tests.helpers import problems, serving
+from tests.helpers import made_up_scenario, problems, serving
 
 T0 = 1_800_000_000.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,22 +108,9 @@ def test_the_liveness_probe_is_the_adapters(litellm_like: str) -> None:
 
 
 def scenario() -> Scenario:
-    return Scenario.model_validate(
-        {
-            "drill": "t",
-            "title": "t",
-            "load": {"users": 1},
-            "phases": [
-                {"name": "baseline", "duration": "10s"},
-                {
-                    "name": "fault",
-                    "duration": "10s",
-                    "inject": [{"kind": "toxiproxy.latency", "target": "vllm-0", "latency": "3s"}],
-                },
-            ],
-            "expect": [{"check": "error_rate", "below": 0.5}],
-        }
-    )
+    latency = {"kind": "toxiproxy.latency", "target": "vllm-0", "latency": "3s"}
+    made: Scenario = made_up_scenario(latency)
+    return made
 
 
 def probe(at: float, name: str, value: float, **labels: str) -> Probe:

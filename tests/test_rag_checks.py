@@ -7,29 +7,16 @@ from typing import Any
 from drills.checks import Evaluation, evaluate
 from drills.model.journal import Probe
 from drills.model.records import Record
-from drills.model.scenario import Check, Scenario
+from drills.model.scenario import Check
+from tests.helpers import made_up_scenario
 
 T0 = 1_800_000_000.0
 PHASES = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
 
 
 def evaluation(records: list[dict[str, Any]], probes: list[dict[str, Any]]) -> Evaluation:
-    scenario = Scenario.model_validate(
-        {
-            "drill": "t",
-            "title": "t",
-            "load": {"users": 1, "endpoint": "rag"},
-            "phases": [
-                {"name": "baseline", "duration": "10s"},
-                {
-                    "name": "fault",
-                    "duration": "10s",
-                    "inject": [{"kind": "toxiproxy.down", "target": "vectordb"}],
-                },
-            ],
-            "expect": [{"check": "error_rate", "below": 1}],
-        }
-    )
+    down = {"kind": "toxiproxy.down", "target": "vectordb"}
+    scenario = made_up_scenario(down, [{"check": "error_rate", "below": 1}], endpoint="rag")
     return Evaluation(
         scenario,
         [Record.model_validate({"trace_id": "t", **r}) for r in records],
