@@ -28,6 +28,7 @@ RESOLVED = {
     "kubernetes": "pods, nodes or deployments listed below (read from the cluster now)",
     "tool": "the MCP tool of that name on the stack's tool server, flooded at run time",
     "gpu": "the GPU of that index on this host, through NVML, at run time",
+    "hop": "the listener of that name on the stack's L7 hop (drills.hop), at run time",
 }
 
 
@@ -59,6 +60,7 @@ def dry_run(
                 "served_name": hop.served_name,
                 "proxy": f"{config.host}:{hop.listen_port}",
                 "upstream": f"{config.host}:{hop.upstream_port}",
+                "l7_hop": None if hop.hop_port is None else f"{config.host}:{hop.hop_port}",
             }
     faults = []
     for w in fault_windows(scenario):
@@ -73,7 +75,7 @@ def dry_run(
                 "target": w.target,
                 "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"})
                 if w.kind.startswith("toxiproxy.")
-                else {"resolved": RESOLVED[w.kind.split(".", 1)[0]]},
+                else {"resolved": RESOLVED.get(w.kind.split(".", 1)[0], "at run time")},
                 "from": w.start,
                 "to": w.end,
                 "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),

@@ -99,6 +99,8 @@ class InjectionContext:
     """Kubernetes faults: the most pods one fault may delete (the safety policy's)."""
     max_containers: int = 10
     """Docker faults: the most containers one fault may hit (the safety policy's)."""
+    hop_url: str | None = None
+    """The control API of the harness's L7 hop (``hop.*`` faults); ``None``: the stack runs none."""
 
 
 @runtime_checkable
@@ -148,6 +150,10 @@ BUILTIN: dict[str, str] = {
     },
     "gpu.memory_pressure": "injectors.gpu:MemoryPressure",
     "tool.saturate": "injectors.tool:ToolSaturate",
+    **{
+        f"hop.{k}": "injectors.hop:HopInjector"
+        for k in ("status", "first_token_delay", "stall", "cut", "malformed", "wedge")
+    },
 }
 """Every built-in fault kind and the factory that injects it, in one place."""
 

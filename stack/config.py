@@ -33,6 +33,7 @@ __all__ = [
     "EngineConfig",
     "FallbackPolicy",
     "GatewayConfig",
+    "HopConfig",
     "RagConfig",
     "RagPolicy",
     "ReplicaConfig",
@@ -61,6 +62,15 @@ class ToxiproxyConfig(_Model):
     """The Toxiproxy server; every upstream hop gets a proxy on it."""
 
     api_port: Port = Field(ge=1, le=65535)
+
+
+class HopConfig(_Model):
+    """The harness's L7 hop (``python -m drills.hop``) in front of each model hop: the gateway
+    calls the hop, the hop calls Toxiproxy, Toxiproxy calls the engine. It records every
+    attempt the gateway makes (the harness's own view of retries and breakers) and injects
+    per-request faults (``hop.*``). Each model hop then needs a ``hop_port``."""
+
+    control_port: Port = Field(ge=1, le=65535)
 
 
 class EngineConfig(_Model):
@@ -93,6 +103,8 @@ class ReplicaConfig(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
     port: Port = Field(ge=1, le=65535)
     proxy_port: Port = Field(ge=1, le=65535)
+    hop_port: Port | None = Field(default=None, ge=1, le=65535)
+    """Where the L7 hop listens for this replica (with ``hop:``); the gateway calls it."""
     cpus: str | None = None
     """CPU cores for the engine's OpenMP threads (``VLLM_CPU_OMP_THREADS_BIND``), e.g. ``"0"``."""
     runtime: Literal["process", "docker"] = "process"
@@ -122,6 +134,8 @@ class BackupConfig(_Model):
     """Name of the replica whose process also serves the backup model."""
     served_name: str = Field(default="smollm2-backup", min_length=1)
     proxy_port: Port = Field(ge=1, le=65535)
+    hop_port: Port | None = Field(default=None, ge=1, le=65535)
+    """Where the L7 hop listens for the backup (with ``hop:``)."""
 
 
 class Timeouts(_Model):
@@ -333,6 +347,13 @@ class Upstream(_Model):
     served_name: str
     listen_port: Port
     upstream_port: Port
+    hop_port: Port | None = None
+    """The L7 hop's listener in front of the proxy, when the stack runs one."""
+
+    @property
+    def call_port(self) -> Port:
+        """The port the gateway calls: the L7 hop's, else the Toxiproxy proxy's."""
+        return self.hop_port if self.hop_port is not None else self.listen_port
 
 
 class StackConfig(_Model):
@@ -344,6 +365,7 @@ class StackConfig(_Model):
     replicas: list[ReplicaConfig] = Field(min_length=1)
     backup: BackupConfig | None = None
     toxiproxy: ToxiproxyConfig
+    hop: HopConfig | None = None
     gateway: GatewayConfig
     supervisor: SupervisorPolicy = Field(default_factory=SupervisorPolicy)
     docker: DockerRuntime = Field(default_factory=DockerRuntime)
@@ -360,6 +382,7 @@ class StackConfig(_Model):
                 served_name=self.engine.served_name,
                 listen_port=r.proxy_port,
                 upstream_port=r.port,
+                hop_port=r.hop_port if self.hop else None,
             )
             for r in self.replicas
         ]
@@ -372,6 +395,7 @@ class StackConfig(_Model):
                     served_name=self.backup.served_name,
                     listen_port=self.backup.proxy_port,
                     upstream_port=engine.port,
+                    hop_port=self.backup.hop_port if self.hop else None,
                 )
             )
         return hops
@@ -414,7 +438,8 @@ class StackConfig(_Model):
             rag = [self.rag.embedder.name, self.rag.tools.name]
             if self.rag.vector_db.kind == "chroma":
                 rag.insert(1, self.rag.vector_db.name)
-        return ["toxiproxy", *(r.name for r in self.replicas), *rag, "gateway"]
+        hop = ["hop"] if self.hop is not None else []
+        return ["toxiproxy", *(r.name for r in self.replicas), *rag, *hop, "gateway"]
 
     def served_names(self, replica: str) -> list[str]:
         """Model names the engine process of ``replica`` answers to."""
@@ -422,6 +447,23 @@ class StackConfig(_Model):
         if self.backup is not None and self.backup.engine == replica:
             names.append(self.backup.served_name)
         return names
+
+    def _hop_problems(self, claim: Any) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+        """With ``hop:``, every model hop needs a ``hop_port``; without it, none may have one."""
+        model_hops: list[tuple[tuple[str | int, ...], int | None]] = [
+            (("replicas", i, "hop_port"), r.hop_port) for i, r in enumerate(self.replicas)
+        ]
+        if self.backup is not None:
+            model_hops.append((("backup", "hop_port"), self.backup.hop_port))
+        if self.hop is not None:
+            yield from claim(self.hop.control_port, ("hop", "control_port"))
+        for loc, port in model_hops:
+            if self.hop is not None and port is None:
+                yield loc, "the stack runs the L7 hop ('hop:'): every model hop needs one", port
+            elif self.hop is None and port is not None:
+                yield loc, "no L7 hop runs without a 'hop:' section (hop.control_port)", port
+            elif port is not None:
+                yield from claim(port, loc)
 
     def problems(self) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
         """Cross-field problems that make the stack impossible to run."""
@@ -441,6 +483,7 @@ class StackConfig(_Model):
         for i, replica in enumerate(self.replicas):
             yield from claim(replica.port, ("replicas", i, "port"))
             yield from claim(replica.proxy_port, ("replicas", i, "proxy_port"))
+        yield from self._hop_problems(claim)
         names = Counter(r.name for r in self.replicas)
         for i, replica in enumerate(self.replicas):
             if names[replica.name] > 1:
@@ -476,7 +519,7 @@ class StackConfig(_Model):
             ):
                 yield from claim(port, loc)
             hop_names = [rag.embedder.name, rag.vector_db.name, rag.tools.name]
-            taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway"}
+            taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway", "hop"}
             if self.backup is not None:
                 taken.add(self.backup.name)
             for key, name in zip(("embedder", "vector_db", "tools"), hop_names, strict=True):

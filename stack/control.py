@@ -121,6 +121,9 @@ def _ports(config: StackConfig) -> list[tuple[str, int]]:
         ports += [(f"replicas[{i}].port", r.port), (f"replicas[{i}].proxy_port", r.proxy_port)]
     if config.backup is not None:
         ports.append(("backup.proxy_port", config.backup.proxy_port))
+    if config.hop is not None:
+        ports.append(("hop.control_port", config.hop.control_port))
+        ports += [(f"{u.name}.hop_port", u.hop_port) for u in config.upstreams if u.hop_port]
     rag = config.rag
     if rag is not None:
         ports += [

@@ -112,6 +112,7 @@ def component_specs(config: StackConfig, config_path: Path, state_dir: Path) -> 
         toxiproxy,
         *(_engine_spec(config, state_dir, r, python, model) for r in config.replicas),
         *_rag_specs(config, config_path, state_dir),
+        *_hop_specs(config, state_dir),
         _gateway_spec(config, config_path, state_dir),
     ]
 
@@ -223,6 +224,37 @@ def _ours(module: str, config_path: Path, state_dir: Path) -> list[str]:
         str(config_path),
         "--state-dir",
         str(state_dir),
+    ]
+
+
+def _hop_specs(config: StackConfig, state_dir: Path) -> list[ComponentSpec]:
+    """The harness's L7 hop in front of the model hops' proxies, when the stack runs one. It is
+    the harness's observer, not part of the system under test: it is started by its module name
+    (``python -m drills.hop``) and this package imports nothing of it."""
+    if config.hop is None:
+        return []
+    host = config.host
+    path = state_dir / "hops.json"
+    hops = [
+        {
+            "name": u.name,
+            "listen": f"{host}:{u.hop_port}",
+            "upstream": f"http://{host}:{u.listen_port}",
+        }
+        for u in config.upstreams
+        if u.hop_port is not None
+    ]
+    control = f"{host}:{config.hop.control_port}"
+    path.write_text(json.dumps({"control": control, "hops": hops}, indent=2))
+    return [
+        ComponentSpec(
+            name="hop",
+            kind="hop",
+            argv=[sys.executable, "-m", "drills.hop", "--config", str(path)],
+            env={},
+            health_url=f"http://{control}/health",
+            endpoint=f"http://{control}",
+        )
     ]
 
 

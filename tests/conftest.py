@@ -44,11 +44,12 @@ def relocated_profile(name: str, out: Path) -> Path:
     data = yaml.safe_load((PROFILES / f"{name}.yaml").read_text())
     data["toxiproxy"]["api_port"] = free_port()
     data["gateway"]["port"] = free_port()
-    for replica in data["replicas"]:
-        replica["port"] = free_port()
-        replica["proxy_port"] = free_port()
-    if data.get("backup"):
-        data["backup"]["proxy_port"] = free_port()
+    if data.get("hop"):
+        data["hop"]["control_port"] = free_port()
+    for replica in [*data["replicas"], *([data["backup"]] if data.get("backup") else [])]:
+        for key in ("port", "proxy_port", "hop_port"):
+            if key in replica:
+                replica[key] = free_port()
     for section in (data.get("rag") or {}).values():
         if isinstance(section, dict):
             for key in ("port", "grpc_port", "metrics_port", "proxy_port"):
@@ -72,6 +73,12 @@ class RunningStack:
     @property
     def toxiproxy_url(self) -> str:
         return f"http://{self.config.host}:{self.config.toxiproxy.api_port}"
+
+    @property
+    def hop_url(self) -> str:
+        """The control API of the stack's L7 hop."""
+        assert self.config.hop is not None
+        return f"http://{self.config.host}:{self.config.hop.control_port}"
 
     def toxics(self) -> list[str]:
         """Names of every toxic on every proxy now."""

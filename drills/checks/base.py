@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drills.common.hop import HopRecord
 from drills.common.stats import percentile
 from drills.model.check_families import families
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
@@ -63,6 +64,9 @@ class Evaluation:
     """The tool server's hop name (``rag.tools.name``)."""
     adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
     """How the gateway reports on itself (its breaker metrics: the gateway's claim)."""
+    hop_records: list[HopRecord] | None = None
+    """What reached the harness's L7 hop (each attempt at a model hop); ``None``: the stack
+    runs no L7 hop, so the checks that need one fall back to the gateway's claim."""
 
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window

@@ -12,7 +12,8 @@ Every error the tool raises on purpose derives from ``DrillsError``::
     ├── APIError              a component's API refused or failed a call: status_code, method, url
     │   ├── ToxiproxyError
     │   ├── DockerError
-    │   └── KubeError
+    │   ├── KubeError
+    │   └── HopError      the harness's L7 hop (``drills.hop``)
     ├── InjectionFailed       a fault did not land (nothing matched, the target refused)
     ├── RevertError           a fault could not be removed; always recorded, never swallowed
     ├── RunStopped            the run was stopped from outside; its faults are reverted
@@ -35,6 +36,7 @@ __all__ = [
     "DockerError",
     "DrillFailed",
     "DrillsError",
+    "HopError",
     "InjectionFailed",
     "InputError",
     "Interrupted",
@@ -141,6 +143,10 @@ class DockerError(APIError):
 
 class KubeError(APIError):
     """The Kubernetes API refused or failed a call (or could not be reached)."""
+
+
+class HopError(APIError):
+    """The harness's L7 hop refused or failed a control call (or could not be reached)."""
 
 
 class InjectionFailed(DrillsError):

@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
-from drills.common.errors import ConfigError, Interrupted, KillSwitch, StackError
+from drills.common.errors import ConfigError, HopError, Interrupted, KillSwitch, StackError
+from drills.common.hop import HopClient, HopRecord
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
@@ -89,6 +90,8 @@ class StackEndpoints:
     components: list[dict[str, Any]] = field(default_factory=list)
     adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
     """How to read the gateway (``drills.model.gateways``)."""
+    hop: str | None = None
+    """The control API of the harness's L7 hop (``drills.hop``), when the stack runs one."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -99,6 +102,7 @@ class StackEndpoints:
             profile=self.profile,
             components=self.components,
             adapter=self.adapter.name,
+            hop=self.hop,
         )
 
 
@@ -125,7 +129,8 @@ def attach_urls(attach: Attach | None) -> dict[str, str]:
     """What an attached drill would contact, by name (for the safety policy)."""
     if attach is None:
         return {}
-    return {"gateway": attach.gateway, "toxiproxy": attach.toxiproxy, **attach.metrics}
+    hop = {"hop": attach.hop} if attach.hop else {}
+    return {"gateway": attach.gateway, "toxiproxy": attach.toxiproxy, **hop, **attach.metrics}
 
 
 def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
@@ -138,7 +143,10 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
             "toxiproxy": f"{attach.toxiproxy.rstrip('/')}/metrics",
             **attach.metrics,
         }
-        return StackEndpoints(gateway, attach.toxiproxy.rstrip("/"), metrics, adapter=adapter)
+        hop = attach.hop.rstrip("/") if attach.hop else None
+        return StackEndpoints(
+            gateway, attach.toxiproxy.rstrip("/"), metrics, adapter=adapter, hop=hop
+        )
     from stack import control
 
     profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
@@ -159,7 +167,16 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         metrics,
         profile,
         [c.as_json() for c in status.components],
+        hop=comps["hop"].endpoint if "hop" in comps else None,
     )
+
+
+def _l7_hops(endpoints: StackEndpoints) -> list[str]:
+    """The hops of the stack's L7 hop (``[]``: it runs none)."""
+    if endpoints.hop is None:
+        return []
+    with HopClient(endpoints.hop) as client:
+        return sorted(client.hops())
 
 
 def check_health(endpoints: StackEndpoints) -> None:
@@ -213,6 +230,7 @@ class Runner:
         self._stop_reason: str | None = None
         self.policy = options.safety or SafetyPolicy()
         self.retrieval_status: dict[str, Any] | None = None
+        self._hop_since = 0
 
     @property
     def revert_errors(self) -> list[str]:
@@ -280,7 +298,13 @@ class Runner:
         check_health(endpoints)
         state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
-            check_targets(scenario, self.doc, sorted(client.proxies()), self._components(state_dir))
+            check_targets(
+                scenario,
+                self.doc,
+                sorted(client.proxies()),
+                self._components(state_dir),
+                _l7_hops(endpoints),
+            )
         shared = ToxiproxyClient(endpoints.toxiproxy)
         try:
             shared.version()  # open the kept-alive connection before the first fault is due
@@ -295,6 +319,9 @@ class Runner:
                 )
             self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
             load, prober, reader = self._instruments(run_dir, endpoints, state_dir)
+            if endpoints.hop is not None:
+                with HopClient(endpoints.hop) as hop:
+                    self._hop_since = hop.next_seq()  # this run's records begin here
             outcome = self._walk(faults, self.lifecycle, load, prober, reader, abort_path)
         finally:
             shared.close()
@@ -316,6 +343,7 @@ class Runner:
             kubernetes_scope(scenario, self.doc, self.policy),
             self.policy.max_pods,
             self.policy.max_containers,
+            endpoints.hop,
         )
         faults: list[FaultRun] = []
         for window in fault_windows(scenario):
@@ -451,6 +479,7 @@ class Runner:
             aborted=outcome.abort,
             rollbacks=Rollbacks(failed=list(self.revert_errors), swept=swept),
             records=ev.records,
+            hop_records=ev.hop_records or [],
             probes=ev.probes,
             probe_failures=prober.failures,
             gpu=prober.gpu,
@@ -494,7 +523,20 @@ class Runner:
             self.retrieval_status,
             *self._agent_identity(state_dir, endpoints),
             endpoints.adapter,
+            self._hop_records(endpoints, outcome),
         )
+
+    def _hop_records(self, endpoints: StackEndpoints, outcome: _Outcome) -> list[HopRecord] | None:
+        """What reached the L7 hop since the run began (``None``: no hop, or it cannot be read:
+        the checks then say that they fall back to the gateway's claim)."""
+        if endpoints.hop is None:
+            return None
+        try:
+            with HopClient(endpoints.hop) as client:
+                return client.all_records(self._hop_since)
+        except HopError as exc:
+            self._say(f"the L7 hop's records could not be read: {exc}", "warning")
+            return None
 
     def _state_dir(self) -> Path | None:
         """The embedded stack's state directory, when this run knows it."""

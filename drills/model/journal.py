@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from drills.common.hop import HopRecord
 from drills.model.records import Record
 
 __all__ = [
@@ -67,6 +68,8 @@ class StackInfo(_Model):
     components: list[dict[str, Any]] = Field(default_factory=list)
     adapter: str = "drills"
     """The gateway adapter the harness read the gateway with (``drills.model.gateways``)."""
+    hop: str | None = None
+    """The control API of the harness's L7 hop, when the stack runs one."""
 
 
 class PhaseWindow(_Model):
@@ -139,6 +142,14 @@ class CheckResult(_Model):
     reason: str
     samples: int
     runbook: str | None
+    source: Literal["observed", "claimed"] = "observed"
+    """``observed``: judged from what the harness saw itself (its L7 hop, the client's answers,
+    the engines' metrics); ``claimed``: from the gateway's account of itself."""
+    claim: str | None = None
+    """The gateway's own account of the same thing, beside an observed result (``None``: it has
+    none to give, or the result is the claim)."""
+    disagrees: bool = False
+    """The gateway's claim and the harness's observation disagree (shown in the report)."""
 
 
 class Rollbacks(_Model):
@@ -173,6 +184,9 @@ class Journal(_Model):
     ``kill_switch``; the rest is the condition or the kill switch's request."""
     rollbacks: Rollbacks = Field(default_factory=Rollbacks)
     records: list[Record] = Field(default_factory=list)
+    hop_records: list[HopRecord] = Field(default_factory=list)
+    """Every request that reached the harness's L7 hop during the run (each attempt the gateway
+    made at a model hop), as the hop saw it."""
     probes: list[Probe] = Field(default_factory=list)
     probe_failures: dict[str, Any] = Field(default_factory=dict)
     gpu: dict[str, Any] | None = None

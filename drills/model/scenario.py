@@ -32,6 +32,14 @@ from pydantic import (
 )
 
 from drills.common.errors import ConfigError
+from drills.common.hop import (
+    CutRule,
+    FirstTokenDelayRule,
+    MalformedRule,
+    StallRule,
+    StatusRule,
+    WedgeRule,
+)
 from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import CheckFamily, family_of, known_checks
@@ -40,6 +48,7 @@ from drills.model.references import scenario_references
 
 __all__ = [
     "BUILTIN_FAULTS",
+    "HOP_FAULTS",
     "AbortCondition",
     "Attach",
     "Check",
@@ -177,6 +186,63 @@ class LimitDataFault(_ToxicBase):
 
     def toxic_attributes(self) -> dict[str, int]:
         return {"bytes": self.bytes}
+
+
+class _HopFault(FaultSpec):
+    """A per-request fault of the harness's L7 hop (``drills.hop``); ``target`` is the hop (a
+    model upstream: vllm-0, backup, ...). The rule's own fields come first in each subclass's
+    bases, so that its ``kind`` is the one that counts."""
+
+    def rule(self) -> dict[str, Any]:
+        """What the hop's control API is sent (the rule's fields, in its units)."""
+        fields = set(type(self).model_fields) - set(FaultSpec.model_fields) | {"kind"}
+        return self.model_dump(mode="json", include=fields)
+
+
+class HopStatusFault(StatusRule, _HopFault):
+    """Model calls answered with an HTTP error by the hop (429 with ``retry_after``, 500, 503)."""
+
+    kind: Literal["hop.status"]
+
+
+class HopFirstTokenDelayFault(FirstTokenDelayRule, _HopFault):
+    """The first token (and the headers) of each answer held back for ``delay``."""
+
+    kind: Literal["hop.first_token_delay"]
+
+
+class HopStallFault(StallRule, _HopFault):
+    """The stream stops for ``duration`` after ``after_chunks`` events (a hung decode)."""
+
+    kind: Literal["hop.stall"]
+
+
+class HopCutFault(CutRule, _HopFault):
+    """The stream ends after ``after_chunks`` events, cleanly (``clean: true``) or not."""
+
+    kind: Literal["hop.cut"]
+
+
+class HopMalformedFault(MalformedRule, _HopFault):
+    """One event of the stream is not JSON."""
+
+    kind: Literal["hop.malformed"]
+
+
+class HopWedgeFault(WedgeRule, _HopFault):
+    """Model calls hang while ``/health`` answers 200 (the wedged engine)."""
+
+    kind: Literal["hop.wedge"]
+
+
+HOP_FAULTS: tuple[type[FaultSpec], ...] = (
+    HopStatusFault,
+    HopFirstTokenDelayFault,
+    HopStallFault,
+    HopCutFault,
+    HopMalformedFault,
+    HopWedgeFault,
+)
 
 
 class ProcessKillFault(FaultSpec):
@@ -331,6 +397,7 @@ BUILTIN_FAULTS: tuple[type[FaultSpec], ...] = (
     SlowCloseFault,
     SlicerFault,
     LimitDataFault,
+    *HOP_FAULTS,
 )
 """The fault models of the built-in families; plugins add theirs (``fault_models``)."""
 
@@ -564,6 +631,10 @@ class Attach(_Model):
 
     gateway: str
     toxiproxy: str
+    hop: str | None = None
+    """The control API of the harness's L7 hop (``python -m drills.hop``) in front of the
+    stack's model upstreams: its records are the harness's own view of every attempt the
+    gateway makes, and ``hop.*`` faults go through it."""
     adapter: str | dict[str, Any] = "drills"
     """The gateway adapter (``drills``, ``litellm``, ``envoy`` or a plugin's), or
     ``{use: NAME, FIELD: value, ...}`` to override fields of one (``drills.model.gateways``)."""
@@ -736,13 +807,16 @@ def check_targets(
     doc: YamlDocument | None,
     targets: list[str],
     components: list[str] | None = None,
+    l7_hops: list[str] | None = None,
 ) -> None:
     """Refuse faults on targets the stack does not have: ``targets`` are its Toxiproxy proxy
-    names, ``components`` its processes (``None``: not known here, checked when applied)."""
+    names, ``components`` its processes, ``l7_hops`` the hops of its L7 hop (``None``: not
+    known here, checked when applied; ``[]``: the stack has no L7 hop)."""
     problems = []
     for family, names, what in (
         ("toxiproxy", targets, "hop"),
         ("process", components, "component"),
+        ("hop", l7_hops, "L7 hop"),
     ):
         if names is None:
             continue
@@ -751,7 +825,7 @@ def check_targets(
                 where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
                 problems.append(
                     f"{where}{format_path(loc)}: the stack has no {what} {target!r}; "
-                    f"expected one of: {', '.join(names)}"
+                    f"expected one of: {', '.join(names) or '(none: the stack runs no L7 hop)'}"
                 )
     if problems:
         raise ConfigError(problems)
@@ -784,7 +858,8 @@ def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) ->
         where = f"{doc.path}:{doc.line_of(('stack',))} " if doc else ""
         raise ConfigError([f"{where}stack: {p}" for p in exc.problems]) from None
     hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
-    check_targets(scenario, doc, hops, config.component_names)
+    l7 = [u.name for u in config.upstreams if u.hop_port is not None]
+    check_targets(scenario, doc, hops, config.component_names, l7)
 
 
 def scenario_schema() -> dict[str, Any]:

@@ -143,7 +143,7 @@ async def _next_chunk(
 
 
 class UpstreamClient:
-    """HTTP client for one upstream hop (its Toxiproxy listen address)."""
+    """HTTP client for one upstream hop (the L7 hop in front of it, else its Toxiproxy proxy)."""
 
     def __init__(self, upstream: Upstream, host: str, timeouts: Timeouts) -> None:
         self.upstream = upstream
@@ -151,7 +151,7 @@ class UpstreamClient:
         self.inflight = 0
         self.last_picked = 0
         self._http = httpx.AsyncClient(
-            base_url=f"http://{host}:{upstream.listen_port}",
+            base_url=f"http://{host}:{upstream.call_port}",
             # connect is the only tier httpx enforces; first-token and model-call are ours.
             timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=5.0, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
