@@ -41,6 +41,7 @@ def main() -> None:
         for i, port in enumerate(stub_ports)
     ]
     profile["backup"] = None
+    profile.pop("hop", None)  # the gateway alone: no L7 hop in this measurement
     profile["gateway"]["port"] = gateway_port
     profile["toxiproxy"]["api_port"] = free_port()
     with tempfile.TemporaryDirectory() as tmp:
