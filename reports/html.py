@@ -36,6 +36,7 @@ th,td{border:1px solid #d0d7de;padding:.35rem .5rem;text-align:left;vertical-ali
 th{background:#f6f8fa} tr.fail td{background:#ffebe9}
 .pass{color:#1a7f37;font-weight:600} .fail{color:#cf222e;font-weight:700}
 .muted{color:#57606a;font-size:.85rem}
+.disagrees{color:#9a6700;background:#fff8c5}
 pre{background:#f6f8fa;padding:.5rem;overflow-x:auto;font-size:.8rem;max-height:16rem}
 svg text{font-size:11px;fill:#57606a} .legend span{margin-right:1rem;font-size:.85rem}
 """

@@ -34,6 +34,8 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             link = runbook_link(journal, check.runbook, out_dir)
             if link:
                 result += f" ([runbook]({link}))"
+        if check.disagrees:
+            result += f" (the gateway's claim disagrees: {_cell(check.claim or '')})"
         lines.append(
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
             f"{_cell(check.observed_text)} | {result} |"

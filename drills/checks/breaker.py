@@ -1,12 +1,16 @@
 """Circuit breakers: ``breaker_opened_within`` (from the fault to the opening) and
 ``breaker_opens`` (how often in a window).
 
-Both read the gateway's own account of its breakers (ejections, cooldowns), where its adapter
-says it is (``drills.model.gateways``): an ``opened_at`` timestamp, a ``state`` gauge or a
-``counter``. That is the gateway's claim about itself, and each result says so."""
+Judged from outside when the stack runs the harness's L7 hop: the gateway stopped sending to
+the hop (``drills.checks.observed``). The gateway's own account of its breakers (ejections,
+cooldowns), where its adapter says it is (``drills.model.gateways``: an ``opened_at``
+timestamp, a ``state`` gauge or a ``counter``), is shown beside it as its claim, and the result
+says when the two disagree. Without an L7 hop the claim is all there is, and the result is
+marked ``claimed``."""
 
 from __future__ import annotations
 
+from drills.checks import observed
 from drills.checks.base import (
     Evaluation,
     applied_at,
@@ -58,28 +62,67 @@ def _opened_at(ev: Evaluation, signal: BreakerSignal, hop: str, applied: float) 
 def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     name = "breaker_opened_within"
     faults = applied_faults(ev, check.target) or [
-        f for f in applied_faults(ev) if not f.kind.startswith("toxiproxy.")
+        f for f in applied_faults(ev) if not f.kind.startswith(("toxiproxy.", "hop."))
     ]
     if not faults:
         return result(check, name, None, 0, f"no fault on {check.target} was applied")
-    signal = ev.adapter.breaker_opened
-    if signal is None:
-        return result(
-            check, name, None, 0, f"the {ev.adapter.name} adapter names no breaker signal"
-        )
     applied = min(applied_at(f) for f in faults)
-    opened = _opened_at(ev, signal, check.target or "", applied)
-    if not opened:
-        return result(
+    hop = check.target or ""
+    claimed, claim = _claimed_opening(ev, hop, applied)
+    if ev.hop_records is None:
+        outcome = result(check, name, claimed, 1 if claimed is not None else 0, claim)
+        return _as_claimed(outcome, claim, claimed)
+    seen = observed.openings(ev, hop, applied, ev.run_window[1])
+    if not seen:
+        outcome = result(
             check,
             name,
             None,
             0,
-            f"the breaker of {check.target} never opened after the fault began "
-            f"({_claim(ev, signal)})",
+            f"the gateway never stopped sending to {hop} after the fault began (seen at the "
+            f"L7 hop: no {observed.skip_run(ev)} client requests in a row missed it)",
         )
-    outcome = result(check, name, min(opened) - applied, len(opened))
-    outcome.reason += f" ({_claim(ev, signal)})"
+    else:
+        outcome = result(check, name, seen[0] - applied, len(seen))
+        outcome.reason += f" (seen at the L7 hop: the gateway stopped sending to {hop})"
+    return _beside(outcome, claim, None if not seen else seen[0] - applied, claimed)
+
+
+def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | None, str]:
+    """The gateway's claim: seconds from the fault to its breaker's opening, and in words."""
+    signal = ev.adapter.breaker_opened
+    if signal is None:
+        return None, f"the {ev.adapter.name} adapter names no breaker signal"
+    opened = _opened_at(ev, signal, hop, applied)
+    if not opened:
+        return (
+            None,
+            f"the breaker of {hop} never opened after the fault began ({_claim(ev, signal)})",
+        )
+    return min(
+        opened
+    ) - applied, f"opened after {min(opened) - applied:.1f}s ({_claim(ev, signal)})"
+
+
+def _as_claimed(outcome: CheckResult, claim: str, value: float | None) -> CheckResult:
+    outcome.source = "claimed"
+    if value is not None:
+        outcome.reason += f" (no L7 hop to see it from outside; {claim})"
+    return outcome
+
+
+def _beside(
+    outcome: CheckResult, claim: str, seen: float | None, claimed: float | None
+) -> CheckResult:
+    """The gateway's claim beside an observed result, and whether the two disagree: one saw an
+    opening the other did not, or they are more than a second (and a quarter) apart."""
+    outcome.claim = claim
+    if (seen is None) != (claimed is None):
+        outcome.disagrees = True
+    elif seen is not None and claimed is not None:
+        outcome.disagrees = abs(seen - claimed) > max(1.0, 0.25 * max(seen, claimed))
+    if outcome.disagrees:
+        outcome.reason += f"; the gateway's claim disagrees: {claim}"
     return outcome
 
 
@@ -87,29 +130,39 @@ def check_breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
     """How many times the breaker of ``target`` opened in the window."""
     name = "breaker_opens"
     start, end = ev.window(check.during)
+    hop = check.target or ""
+    claimed, claim = _claimed_opens(ev, hop, start, end)
+    if ev.hop_records is None:
+        if claimed is None:
+            return _as_claimed(result(check, name, None, 0, claim), claim, None)
+        outcome = result(check, name, claimed, 1)
+        outcome.reason += f" ({claim})"
+        outcome.source = "claimed"
+        return outcome
+    seen = float(len(observed.openings(ev, hop, start, end)))
+    outcome = result(check, name, seen, len(ev.records))
+    outcome.reason += f" (seen at the L7 hop: the gateway stopped sending to {hop} {seen:g} times)"
+    outcome.claim = claim
+    if claimed is not None and claimed != seen:
+        outcome.disagrees = True
+        outcome.reason += f"; the gateway's claim disagrees: {claim}"
+    return outcome
+
+
+def _claimed_opens(ev: Evaluation, hop: str, start: float, end: float) -> tuple[float | None, str]:
     signal = ev.adapter.breaker_opens or ev.adapter.breaker_opened
     if signal is None:
-        return result(
-            check, name, None, 0, f"the {ev.adapter.name} adapter names no breaker signal"
-        )
-    hop = check.target or ""
+        return None, f"the {ev.adapter.name} adapter names no breaker signal"
     if signal.kind == "counter":
         value = counter_increase(
-            ev,
-            "gateway",
-            signal.metric,
-            lambda labels: signal.hop_of(labels) == hop,
-            start,
-            end,
+            ev, "gateway", signal.metric, lambda labels: signal.hop_of(labels) == hop, start, end
         )
     else:  # a state gauge, or opening timestamps: count the changes into "open"
         points = _points(ev, signal, hop, start, end)
         value = float(_openings(points, signal, start, end)) if points else None
     if value is None:
-        return result(check, name, None, 0, "no scrape of the gateway in the window")
-    outcome = result(check, name, value, 1)
-    outcome.reason += f" ({_claim(ev, signal)})"
-    return outcome
+        return None, "no scrape of the gateway in the window"
+    return value, f"opened {value:g} times ({_claim(ev, signal)})"
 
 
 def _openings(

@@ -3,6 +3,7 @@ counted where they arrive)."""
 
 from __future__ import annotations
 
+from drills.checks import observed
 from drills.checks.base import (
     Evaluation,
     counter_increase,
@@ -33,12 +34,55 @@ def check_tool_timeouts(check: Check, ev: Evaluation) -> CheckResult:
     return result(check, "tool_timeouts", value, 1)
 
 
+def _gateway_attempts(ev: Evaluation, hop: str | None, start: float, end: float) -> float | None:
+    """The embedded gateway's own count of its attempts (its claim), ``None`` if it has none."""
+    return counter_increase(
+        ev,
+        "gateway",
+        "drills_gateway_hop_attempts_total",
+        lambda labels: (
+            (hop is None or labels.get("hop") == hop) and labels.get("outcome") != "breaker_open"
+        ),
+        start,
+        end,
+    )
+
+
+def _observed_amplification(
+    check: Check, ev: Evaluation, target: str, start: float, end: float, requests: int
+) -> CheckResult:
+    """Model calls that reached the L7 hop per client request (``models``: at every model hop),
+    with the gateway's own attempt count beside it when it keeps one."""
+    hop = None if target == "models" else target
+    seen = observed.attempts(ev, hop, start, end)
+    ratio = seen / requests
+    outcome = result(check, "retry_amplification", ratio, requests)
+    where = "every model hop" if hop is None else target
+    outcome.reason = (
+        f"{seen} attempts reached {where} (seen at the L7 hop) for {requests} client requests: "
+        f"{ratio:.2f} per request"
+        + ("" if outcome.passed else f", expected {expected_text(check, '')}")
+    )
+    claimed = _gateway_attempts(ev, hop, start, end)
+    if claimed is not None:
+        outcome.claim = (
+            f"the gateway counted {claimed:g} attempts ({claimed / requests:.2f} per request)"
+        )
+        # Requests straddling the window's edges make the two differ by a few; more is a lie.
+        outcome.disagrees = abs(claimed - seen) > max(2.0, 0.1 * seen)
+        if outcome.disagrees:
+            outcome.reason += f"; the gateway's claim disagrees: {outcome.claim}"
+    return outcome
+
+
 def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
     """Upstream attempts per user request in the window, counted where they arrive.
 
     Tool hops (``tools`` or ``tools:<tool>``) are counted by the tool server's interception
     layer as they arrive (every call the gateway's agent made, retries and calls it gave up on
     included, whatever the gateway says).
+    Model hops behind the harness's L7 hop (a hop's name, or ``models`` for all of them) are
+    counted by the hop as they arrive, with the gateway's own count beside it.
     Other hops (Toxiproxy 2.12 counts bytes, not requests) use the gateway's attempt counter."""
     start, end = ev.window(check.during)
     target = check.target or ""
@@ -58,16 +102,13 @@ def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
             start,
             end,
         )
+    elif ev.hop_records is not None and (
+        target == "models" or target in {r.hop for r in observed.model_calls(ev)}
+    ):
+        return _observed_amplification(check, ev, target, start, end, len(requests))
     else:
         where = "the gateway"
-        attempts = counter_increase(
-            ev,
-            "gateway",
-            "drills_gateway_hop_attempts_total",
-            lambda labels: labels.get("hop") == target and labels.get("outcome") != "breaker_open",
-            start,
-            end,
-        )
+        attempts = _gateway_attempts(ev, target, start, end)
     if attempts is None:
         return result(
             check,

@@ -1,0 +1,157 @@
+"""Checks judged from what the harness saw at its L7 hop: a gateway that stops sending to a hop
+(breaker, ejection, cooldown) and attempts per client request, each with the gateway's claim
+beside it, and the disagreement shown when the claim is wrong. The records are made up here;
+tests/test_drill_run.py proves the same on the real stack."""
+
+from __future__ import annotations
+
+from drills.checks import Evaluation, evaluate
+from drills.common.hop import HopRecord
+from drills.model.journal import FaultRecord, Probe
+from drills.model.records import Record
+from drills.model.scenario import Check
+from tests.helpers import made_up_scenario
+
+T0 = 1_800_000_000.0
+
+
+def attempt(seq: int, hop: str, at: float, took: float = 0.5, **extra: object) -> HopRecord:
+    return HopRecord.model_validate(
+        {
+            "seq": seq,
+            "hop": hop,
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "arrived_at": T0 + at,
+            "ended_at": T0 + at + took,
+            "status": 200,
+            **extra,
+        }
+    )
+
+
+def client(at: float) -> Record:
+    record = Record.begin(f"{int(at * 1000):032x}", "chat")
+    record.start, record.e2e, record.status = T0 + at, 0.5, 200
+    return record
+
+
+def evaluation(
+    hop_records: list[HopRecord] | None, probes: list[Probe] | None = None
+) -> Evaluation:
+    latency = {"kind": "toxiproxy.latency", "target": "vllm-0", "latency": "3s"}
+    fault = FaultRecord(
+        index=0,
+        phase="fault",
+        kind="toxiproxy.latency",
+        target="vllm-0",
+        scheduled_offset=0,
+        scheduled_end=10,
+        applied_at=T0 + 10,
+        reverted_at=T0 + 20,
+    )
+    phases = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
+    clients = [client(t * 0.5) for t in range(40)]  # a request every 0.5 s
+    ev = Evaluation(
+        made_up_scenario(latency), clients, phases, (T0, T0 + 20), [fault], probes or []
+    )
+    ev.hop_records = hop_records
+    return ev
+
+
+def round_robin(until: float, skip_vllm0_from: float | None = None) -> list[HopRecord]:
+    """Client requests alternate between the two replicas; from ``skip_vllm0_from`` on, every
+    one goes to vllm-1 (vllm-0 taken out of rotation)."""
+    out = []
+    for i in range(int(until / 0.5)):
+        at = i * 0.5
+        hop = "vllm-0" if i % 2 == 0 else "vllm-1"
+        if skip_vllm0_from is not None and at >= skip_vllm0_from:
+            hop = "vllm-1"
+        out.append(attempt(i, hop, at + 0.01, took=0.3))
+    return out
+
+
+def gateway_says_open(at: float) -> Probe:
+    return Probe.model_validate(
+        {
+            "time": T0 + at,
+            "source": "gateway",
+            "samples": [
+                {
+                    "name": "drills_gateway_breaker_opened_timestamp_seconds",
+                    "labels": {"upstream": "vllm-0"},
+                    "value": T0 + at,
+                }
+            ],
+        }
+    )
+
+
+OPENED = Check(check="breaker_opened_within", target="vllm-0", below="5s")
+
+
+def test_a_hop_taken_out_of_rotation_is_an_opening_seen_from_outside() -> None:
+    ev = evaluation(round_robin(20, skip_vllm0_from=12), [gateway_says_open(11.4)])
+    [opened] = evaluate(ev, [OPENED])
+    # vllm-0's last attempt arrived at 11.01 and ended at 11.31: 1.31 s after the fault.
+    assert opened.passed and opened.source == "observed"
+    assert abs((opened.observed or 0) - 1.31) < 0.01
+    assert "seen at the L7 hop" in opened.reason
+    assert opened.claim and "opened after 1.4s" in opened.claim and not opened.disagrees
+
+
+def test_a_gateway_that_claims_an_opening_it_never_acted_on_is_caught() -> None:
+    ev = evaluation(round_robin(20), [gateway_says_open(12)])  # traffic never left vllm-0
+    [opened] = evaluate(ev, [OPENED])
+    assert not opened.passed and opened.observed is None
+    assert "never stopped sending to vllm-0" in opened.reason
+    assert opened.disagrees and "the gateway's claim disagrees" in opened.reason
+
+
+def test_a_gateway_that_routes_around_without_saying_so_passes_on_what_it_did() -> None:
+    ev = evaluation(round_robin(20, skip_vllm0_from=12), [])  # no breaker metric at all
+    [opened] = evaluate(ev, [OPENED])
+    assert opened.passed and opened.disagrees
+    assert (
+        opened.claim == "the breaker of vllm-0 never opened after the fault began (the "
+        "gateway's claim: drills_gateway_breaker_opened_timestamp_seconds (drills adapter))"
+    )
+
+
+def test_breaker_opens_counts_the_runs_of_skipped_requests() -> None:
+    records = [
+        r
+        for r in round_robin(20)
+        if not (r.hop == "vllm-0" and (11 < r.arrived_at - T0 < 14 or 16 < r.arrived_at - T0 < 19))
+    ]
+    ev = evaluation(records)
+    [opens] = evaluate(ev, [Check(check="breaker_opens", target="vllm-0", during="fault", above=1)])
+    assert opens.observed == 2 and opens.passed and opens.source == "observed"
+
+
+def test_without_an_l7_hop_the_claim_is_all_there_is_and_says_so() -> None:
+    ev = evaluation(None, [gateway_says_open(11.4)])
+    [opened] = evaluate(ev, [OPENED])
+    assert opened.passed and opened.source == "claimed"
+    assert "no L7 hop to see it from outside" in opened.reason
+
+
+def test_retry_amplification_counted_at_the_hop() -> None:
+    # Each client request in the fault phase made two attempts at vllm-0 and one at vllm-1.
+    records = round_robin(10)
+    seq = len(records)
+    for i in range(20):
+        at = 10 + i * 0.5 + 0.01
+        records += [attempt(seq, "vllm-0", at), attempt(seq + 1, "vllm-0", at + 0.1)]
+        records += [attempt(seq + 2, "vllm-1", at + 0.2)]
+        seq += 3
+    ev = evaluation(records)
+    checks = [
+        Check(check="retry_amplification", target="models", during="fault", below=1.5),
+        Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5),
+    ]
+    every, one = evaluate(ev, checks)
+    assert every.observed == 3.0 and not every.passed
+    assert "60 attempts reached every model hop (seen at the L7 hop) for 20 client" in every.reason
+    assert one.observed == 2.0 and one.passed
