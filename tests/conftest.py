@@ -80,6 +80,17 @@ class RunningStack:
         assert self.config.hop is not None
         return f"http://{self.config.host}:{self.config.hop.control_port}"
 
+    def attach_args(self, gateway: str | None = None) -> list[str]:
+        """``drills run``'s flags that attach to this stack (its gateway, or ``gateway``)."""
+        return [
+            "--gateway",
+            gateway or self.gateway_url,
+            "--toxiproxy",
+            self.toxiproxy_url,
+            "--hop",
+            self.hop_url,
+        ]
+
     def toxics(self) -> list[str]:
         """Names of every toxic on every proxy now."""
         return [t.name for p in self.toxiproxy.proxies().values() for t in p.toxics]

@@ -46,7 +46,7 @@ def run(
     options = RunOptions(
         out_dir=tmp_path / "runs",
         ledger=tmp_path / "ledger.json",
-        attach=Attach(gateway=gateway, toxiproxy=toxiproxy_url(stack)),
+        attach=Attach(gateway=gateway, toxiproxy=toxiproxy_url(stack), hop=stack.hop_url),
         stack_config=config or str(stack.config_path),
     )
     return Runner(scenario, doc, options).run().model_dump(mode="json")
@@ -60,10 +60,7 @@ def run_argv(stack: RunningStack, tmp_path: Path) -> list[str]:
         "drills.cli",
         "run",
         str(SHORT),
-        "--gateway",
-        stack.gateway_url,
-        "--toxiproxy",
-        toxiproxy_url(stack),
+        *stack.attach_args(),
         "--out",
         str(tmp_path / "runs"),
     ]

@@ -154,10 +154,7 @@ def test_cli_refuses_a_hostile_file_with_exit_2_and_applies_nothing(
             drills_cli(
                 "run",
                 str(bad),
-                "--gateway",
-                stack.gateway_url,
-                "--toxiproxy",
-                stack.toxiproxy_url,
+                *stack.attach_args(),
                 "--out",
                 str(tmp_path / "runs"),
             ),

@@ -126,10 +126,7 @@ def test_a_drill_runs_with_the_plugin_fault_and_check(
         [
             "run",
             str(path),
-            "--gateway",
-            stack.gateway_url,
-            "--toxiproxy",
-            stack.toxiproxy_url,
+            *stack.attach_args(),
             "--out",
             str(tmp_path / "runs"),
         ],

@@ -122,7 +122,13 @@ class RunOptions:
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
-    return options.attach or (scenario.stack if isinstance(scenario.stack, Attach) else None)
+    """The stack to attach to: the scenario's attach section, with what the command line gave
+    in its place (``--gateway``, ``--adapter``, ...); ``None`` for a stack profile."""
+    own = scenario.stack if isinstance(scenario.stack, Attach) else None
+    given = options.attach
+    if given is None or own is None:
+        return given or own
+    return own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
 
 
 def attach_urls(attach: Attach | None) -> dict[str, str]:

@@ -1,0 +1,3 @@
+from stack.litellm import main
+
+main()

@@ -1,0 +1,132 @@
+"""LiteLLM proxy, a real third-party gateway (pinned, hash-checked, started here), in front of the
+embedded stack's model hops, drilled and judged from outside: what reached each hop (the L7
+hop), and the answer each client got. The drills of scenarios/litellm/ pass or fail on it for the
+reason they name, and each has its twin."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stack.litellm import litellm_config, start, wait_ready
+from tests.conftest import RunningStack, drills_cli, free_port, isolated_env
+
+pytestmark = pytest.mark.stack
+
+ROOT = Path(__file__).resolve().parent.parent
+DRILLS = ROOT / "scenarios" / "litellm"
+
+
+@pytest.fixture(scope="module")
+def litellm(
+    stack: RunningStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], str]]:
+    """``litellm(policy)``: the URL of a LiteLLM proxy with that policy (stack/litellm/) in
+    front of the stack's hops, started on first use and stopped when the module ends."""
+    root = tmp_path_factory.mktemp("litellm")
+    running: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+
+    def get(policy: str) -> str:
+        if policy not in running:
+            config = root / f"{policy}.yaml"
+            config.write_text(yaml.safe_dump(litellm_config(stack.config, policy)))  # type: ignore[arg-type]
+            port = free_port()
+            process = start(config, port, root / f"{policy}.log")
+            url = f"http://127.0.0.1:{port}"
+            running[policy] = (url, process)
+            wait_ready(url, process)
+        return running[policy][0]
+
+    yield get
+    for _, process in running.values():
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def drill(
+    name: str, stack: RunningStack, tmp_path: Path, gateway: str, adapter: str = "litellm"
+) -> tuple[int, dict[str, Any], str]:
+    """Run ``scenarios/litellm/NAME.yaml`` attached to ``gateway``; exit code, journal, stderr."""
+    out = subprocess.run(
+        drills_cli(
+            "run",
+            str(DRILLS / f"{name}.yaml"),
+            *stack.attach_args(gateway),
+            "--adapter",
+            adapter,
+            "--out",
+            str(tmp_path / "runs"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+    journal = json.loads(next((tmp_path / "runs").glob("*/journal.json")).read_text())
+    return out.returncode, journal, out.stderr
+
+
+def checks(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["label"]: c for c in journal["checks"]}
+
+
+def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails(
+    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+) -> None:
+    code, journal, stderr = drill("stream-cut", stack, tmp_path, litellm("sound"))
+    assert code == 1, stderr
+    results = checks(journal)
+    cut = results["truncated_rate during fault"]
+    assert not cut["passed"] and cut["observed"] > 0.5, cut
+    assert results["error_rate during baseline"]["passed"]
+    fault = journal["phases"][1]
+    in_fault = [r for r in journal["records"] if r["phase"] == "fault"]
+    # What the client got: HTTP 200, a finish_reason and [DONE] LiteLLM made up, and too few tokens.
+    faked = [r for r in in_fault if r["truncated"]]
+    assert faked and all(r["status"] == 200 and r["finish_reason"] for r in faked)
+    # What reached the hops: streams cut after 2 chunks, no [DONE] ever sent on.
+    cuts = [
+        h
+        for h in journal["hop_records"]
+        if fault["start"] <= h["arrived_at"] < fault["end"] and h["fault_kind"] == "hop.cut"
+    ]
+    assert cuts and all(not h["done"] and h["chunks"] == 2 for h in cuts)
+
+
+def test_the_twin_on_the_embedded_gateway_reports_the_cut_and_passes(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    code, journal, stderr = drill("stream-cut", stack, tmp_path, stack.gateway_url, "drills")
+    results = checks(journal)
+    assert results["truncated_rate during fault"]["passed"], results
+    assert code == 0, stderr
+
+
+def test_one_slow_replica_is_routed_around_and_seen_cooled_down(
+    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+) -> None:
+    code, journal, stderr = drill("latency-one-replica", stack, tmp_path, litellm("sound"))
+    results = checks(journal)
+    opened = results["breaker_opened_within vllm-0"]
+    assert opened["source"] == "observed" and "seen at the L7 hop" in opened["reason"], opened
+    assert code == 0, (stderr, results)
+    upstreams = {r["upstream"] for r in journal["records"] if r["upstream"]}
+    assert upstreams <= {"vllm-0", "vllm-1"} and upstreams  # x-litellm-model-id, mapped
+
+
+def test_the_unsound_twin_keeps_sending_to_the_slow_replica_and_fails(
+    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+) -> None:
+    code, journal, stderr = drill("latency-one-replica", stack, tmp_path, litellm("unsound"))
+    assert code == 1, stderr
+    results = checks(journal)
+    opened = results["breaker_opened_within vllm-0"]
+    assert not opened["passed"] and "never stopped sending to vllm-0" in opened["reason"], opened
