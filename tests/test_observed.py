@@ -59,16 +59,21 @@ def evaluation(
     return ev
 
 
-def round_robin(until: float, skip_vllm0_from: float | None = None) -> list[HopRecord]:
+def round_robin(
+    until: float, skip_vllm0_from: float | None = None, fail_from: float = 10.0
+) -> list[HopRecord]:
     """Client requests alternate between the two replicas; from ``skip_vllm0_from`` on, every
-    one goes to vllm-1 (vllm-0 taken out of rotation)."""
+    one goes to vllm-1 (vllm-0 taken out of rotation). Attempts at vllm-0 from ``fail_from``
+    on fail (the gateway gave up on them: timed out and hung up)."""
     out = []
     for i in range(int(until / 0.5)):
         at = i * 0.5
         hop = "vllm-0" if i % 2 == 0 else "vllm-1"
         if skip_vllm0_from is not None and at >= skip_vllm0_from:
             hop = "vllm-1"
-        out.append(attempt(i, hop, at + 0.01, took=0.3))
+        gave_up = hop == "vllm-0" and at >= fail_from
+        extra = {"outcome": "client_disconnected", "status": None} if gave_up else {}
+        out.append(attempt(i, hop, at + 0.01, took=0.3, **extra))
     return out
 
 
@@ -110,7 +115,9 @@ def test_a_gateway_that_claims_an_opening_it_never_acted_on_is_caught() -> None:
 
 
 def test_a_gateway_that_routes_around_without_saying_so_passes_on_what_it_did() -> None:
-    ev = evaluation(round_robin(20, skip_vllm0_from=12), [])  # no breaker metric at all
+    other = gateway_says_open(11).model_copy(deep=True)
+    other.samples[0].labels["upstream"] = "vllm-1"  # its metric exists, and says nothing of vllm-0
+    ev = evaluation(round_robin(20, skip_vllm0_from=12), [other])
     [opened] = evaluate(ev, [OPENED])
     assert opened.passed and opened.disagrees
     assert (
@@ -119,12 +126,42 @@ def test_a_gateway_that_routes_around_without_saying_so_passes_on_what_it_did() 
     )
 
 
+def test_a_gateway_that_exports_no_breaker_metric_makes_no_claim_to_disagree_with() -> None:
+    # LiteLLM proxy's Prometheus metrics are an Enterprise feature: the OSS proxy has none.
+    silent = Probe.model_validate(
+        {"time": T0 + 11, "source": "gateway", "samples": [{"name": "up", "value": 1.0}]}
+    )
+    ev = evaluation(round_robin(20, skip_vllm0_from=12), [silent])
+    [opened] = evaluate(ev, [OPENED])
+    assert opened.passed and not opened.disagrees
+    assert opened.claim == (
+        "the gateway makes no claim: none of its 1 scrapes had "
+        "drills_gateway_breaker_opened_timestamp_seconds (drills adapter)"
+    )
+
+
+def test_a_random_router_skipping_a_healthy_hop_by_luck_is_no_opening() -> None:
+    # Five requests in a row missed vllm-0 after it answered fine: a shuffle does that.
+    records = [r for r in round_robin(20, fail_from=99) if not 12 < r.arrived_at - T0 < 14.5]
+    [opened] = evaluate(evaluation(records), [OPENED])
+    assert opened.observed is None and not opened.passed
+
+
+def test_a_short_gap_after_a_failure_is_no_opening() -> None:
+    # vllm-0 failed, then missed 3 requests in a row: a shuffle does that too.
+    records = [r for r in round_robin(20) if not 12 < r.arrived_at - T0 < 13.5]
+    [opened] = evaluate(evaluation(records), [OPENED])
+    assert (
+        opened.observed is None and "client requests in a row that all missed it" in opened.reason
+    )
+
+
 def test_breaker_opens_counts_the_runs_of_skipped_requests() -> None:
-    records = [
-        r
-        for r in round_robin(20)
-        if not (r.hop == "vllm-0" and (11 < r.arrived_at - T0 < 14 or 16 < r.arrived_at - T0 < 19))
-    ]
+    def skipped(r: HopRecord) -> bool:
+        at = r.arrived_at - T0
+        return r.hop == "vllm-0" and (10.5 < at < 14.5 or 15.5 < at < 19.5)
+
+    records = [r for r in round_robin(20) if not skipped(r)]
     ev = evaluation(records)
     [opens] = evaluate(ev, [Check(check="breaker_opens", target="vllm-0", during="fault", above=1)])
     assert opens.observed == 2 and opens.passed and opens.source == "observed"

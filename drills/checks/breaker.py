@@ -72,7 +72,7 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     if ev.hop_records is None:
         outcome = result(check, name, claimed, 1 if claimed is not None else 0, claim)
         return _as_claimed(outcome, claim, claimed)
-    seen = observed.openings(ev, hop, applied, ev.run_window[1])
+    seen, needed = observed.openings(ev, hop, applied, ev.run_window[1])
     if not seen:
         outcome = result(
             check,
@@ -80,7 +80,8 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
             None,
             0,
             f"the gateway never stopped sending to {hop} after the fault began (seen at the "
-            f"L7 hop: no {observed.skip_run(ev)} client requests in a row missed it)",
+            f"L7 hop: no failed attempt there was followed by {needed} client requests in a "
+            "row that all missed it)",
         )
     else:
         outcome = result(check, name, seen[0] - applied, len(seen))
@@ -88,11 +89,25 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     return _beside(outcome, claim, None if not seen else seen[0] - applied, claimed)
 
 
+def _exported(ev: Evaluation, signal: BreakerSignal) -> str | None:
+    """Why the gateway makes no claim at all (no metric of that name in any scrape), or None."""
+    scrapes = [p for p in ev.probes if p.source == "gateway" and not p.error]
+    if any(s.name == signal.metric for p in scrapes for s in p.samples):
+        return None
+    return (
+        f"the gateway makes no claim: none of its {len(scrapes)} scrapes had {signal.metric} "
+        f"({ev.adapter.name} adapter)"
+    )
+
+
 def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | None, str]:
     """The gateway's claim: seconds from the fault to its breaker's opening, and in words."""
     signal = ev.adapter.breaker_opened
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
+    silent = _exported(ev, signal)
+    if silent is not None and ev.hop_records is not None:
+        return None, silent
     opened = _opened_at(ev, signal, hop, applied)
     if not opened:
         return (
@@ -115,8 +130,11 @@ def _beside(
     outcome: CheckResult, claim: str, seen: float | None, claimed: float | None
 ) -> CheckResult:
     """The gateway's claim beside an observed result, and whether the two disagree: one saw an
-    opening the other did not, or they are more than a second (and a quarter) apart."""
+    opening the other did not, or they are more than a second (and a quarter) apart. A gateway
+    that makes no claim (no signal, no such metric) cannot disagree."""
     outcome.claim = claim
+    if "makes no claim" in claim or "names no breaker signal" in claim:
+        return outcome
     if (seen is None) != (claimed is None):
         outcome.disagrees = True
     elif seen is not None and claimed is not None:
@@ -139,7 +157,7 @@ def check_breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
         outcome.reason += f" ({claim})"
         outcome.source = "claimed"
         return outcome
-    seen = float(len(observed.openings(ev, hop, start, end)))
+    seen = float(len(observed.openings(ev, hop, start, end)[0]))
     outcome = result(check, name, seen, len(ev.records))
     outcome.reason += f" (seen at the L7 hop: the gateway stopped sending to {hop} {seen:g} times)"
     outcome.claim = claim
@@ -153,6 +171,9 @@ def _claimed_opens(ev: Evaluation, hop: str, start: float, end: float) -> tuple[
     signal = ev.adapter.breaker_opens or ev.adapter.breaker_opened
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
+    silent = _exported(ev, signal)
+    if silent is not None and ev.hop_records is not None:
+        return None, silent
     if signal.kind == "counter":
         value = counter_increase(
             ev, "gateway", signal.metric, lambda labels: signal.hop_of(labels) == hop, start, end

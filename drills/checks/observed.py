@@ -1,21 +1,24 @@
 """What the harness saw itself at its L7 hop: attempts per client request, and when a gateway
 stopped sending to a hop (a breaker, an ejection or a cooldown, seen from outside).
 
-A gateway that opens a breaker, ejects an upstream or cools a deployment down stops sending to
-it. From outside that shows as a run of client requests none of whose attempts reached the hop,
-although the hop had been getting its share. ``openings`` finds those runs: after each attempt
-at the hop ended, it counts the client requests that began before the next attempt arrived;
-``SKIPPED`` of them in a row (more than a round-robin or least-busy router skips a hop in normal
-running, with the hops the drill has) is an opening, dated when that last attempt ended (the
-failure the gateway acted on).
+A gateway that opens a breaker, ejects an upstream or cools a deployment down does it because
+attempts there failed, and then stops sending to it. From outside that shows as a failed attempt
+at the hop followed by a run of client requests none of which reached it. How long a run must be
+depends on the gateway's routing: a random router skips a hop that has a share ``p`` of the
+traffic ``k`` times in a row with probability ``(1 - p)^k``. ``skip_run`` takes the hop's share
+before the window (or an even split) and asks for a run that chance would give less than once in
+twenty drills, after any of the failed attempts in the window (at least 3). The opening is dated
+when that failed attempt ended: the failure the gateway acted on.
 """
 
 from __future__ import annotations
 
+import math
+
 from drills.checks.base import Evaluation
 from drills.common.hop import HopRecord
 
-__all__ = ["attempts", "model_calls", "openings", "skip_run"]
+__all__ = ["ALPHA", "attempts", "failed", "model_calls", "openings", "share", "skip_run"]
 
 
 def model_calls(ev: Evaluation, hop: str | None = None) -> list[HopRecord]:
@@ -36,29 +39,53 @@ def attempts(ev: Evaluation, hop: str | None, start: float, end: float) -> int:
     return sum(1 for r in model_calls(ev, hop) if start <= r.arrived_at < end)
 
 
-def skip_run(ev: Evaluation) -> int:
-    """Client requests in a row that must miss a hop before it counts as taken out of
-    rotation: one more than the model hops that shared the traffic, and at least 3."""
+ALPHA = 0.05
+"""The chance of an opening seen where a random router merely skipped a hop by luck."""
+
+
+def failed(record: HopRecord) -> bool:
+    """An attempt a gateway would count against the upstream."""
+    status = record.status or 0
+    return record.outcome != "complete" or status >= 500 or status == 429
+
+
+def share(ev: Evaluation, hop: str, before: float) -> float:
+    """The hop's share of the client requests before ``before`` (an even split if unknown)."""
+    clients = sum(1 for r in ev.records if r.start < before)
     hops = {r.hop for r in model_calls(ev)}
-    return max(3, len(hops) + 1)
+    if clients == 0:
+        return 1 / max(1, len(hops))
+    mine = sum(1 for r in model_calls(ev, hop) if r.arrived_at < before)
+    return min(0.95, max(1 / max(2, 2 * len(hops)), mine / clients))
 
 
-def openings(ev: Evaluation, hop: str, start: float, end: float) -> list[float]:
-    """When the gateway stopped sending to ``hop`` in ``[start, end]``, seen from the hop."""
+def skip_run(ev: Evaluation, hop: str, start: float, failures: int) -> int:
+    """Client requests in a row that must miss ``hop`` after a failed attempt for the gap to be
+    the gateway's doing rather than its router's luck (module docstring)."""
+    p = share(ev, hop, start)
+    return max(3, math.ceil(math.log(ALPHA / max(1, failures)) / math.log(1 - p)))
+
+
+def openings(ev: Evaluation, hop: str, start: float, end: float) -> tuple[list[float], int]:
+    """When the gateway stopped sending to ``hop`` in ``[start, end]``, seen from the hop; and
+    the run of skipped client requests that took."""
     calls = model_calls(ev, hop)
     clients = sorted(r.start for r in ev.records)
-    needed = skip_run(ev)
+    window = [c for c in calls if start <= c.arrived_at <= end]
+    needed = skip_run(ev, hop, start, sum(1 for c in window if failed(c)))
     found: list[float] = []
-    last_end = start
-    for before in calls:  # attempts before the window set where the first gap begins
-        if before.arrived_at < start:
-            last_end = max(last_end, before.ended_at or before.arrived_at)
-    window: list[HopRecord | None] = [c for c in calls if start <= c.arrived_at <= end]
-    for call in [*window, None]:
-        arrival = end if call is None else call.arrived_at
-        skipped = sum(1 for t in clients if last_end < t < arrival)
-        if skipped >= needed:
-            found.append(last_end)
-        if call is not None:
-            last_end = max(last_end, call.ended_at or call.arrived_at)
-    return found
+    for i, call in enumerate(window):
+        if not failed(call):
+            continue
+        ended = call.ended_at or call.arrived_at
+        later = [c.arrived_at for c in window[i + 1 :] if c.arrived_at > ended]
+        until = min(later, default=end)
+        if sum(1 for t in clients if ended < t < until) >= needed:
+            found.append(ended)
+    # A failure whose gap began while an earlier one's was still open is the same opening.
+    merged = [t for k, t in enumerate(found) if k == 0 or not _same_gap(window, found[k - 1], t)]
+    return merged, needed
+
+
+def _same_gap(window: list[HopRecord], a: float, b: float) -> bool:
+    return not any(a < c.arrived_at < b for c in window)

@@ -130,6 +130,10 @@ class LLMUser(User):
             # vLLM's own sampling parameter: the answer must be this long, so a shorter one
             # is a cut, whatever clean end a gateway dresses it in.
             body["min_tokens"] = CONFIG["min_tokens"]
+            if CONFIG["stream"]:
+                # The answer's own token count: a content chunk can carry no text (a token that
+                # ends mid-character) and a gateway may drop such chunks.
+                body["stream_options"] = {"include_usage": True}
         if CONFIG.get("model"):
             body["model"] = CONFIG["model"]
         trace_id = secrets.token_hex(16)
@@ -195,6 +199,9 @@ def _read_stream(response: Any, record: dict[str, Any], started: float) -> tuple
             message = error.get("message") if isinstance(error, dict) else error
             record["error"] = str(message or "stream error")
             continue
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            record["usage_tokens"] = usage["completion_tokens"]
         for choice in chunk.get("choices") or ():
             record["finish_reason"] = choice.get("finish_reason") or record["finish_reason"]
             piece = (choice.get("delta") or {}).get("content")
@@ -229,6 +236,7 @@ def _judge_complete(record: dict[str, Any], done: bool) -> None:
     """An answer that did not end as a complete one is an error, and says why: no
     ``[DONE]``, no ``finish_reason``, or (with the length pinned) fewer tokens than asked for.
     A fallback answer is judged by what it is (a short canned text), not by its length."""
+    counted = record.pop("usage_tokens", None)  # the answer's own count, when it gave one
     if record["status"] != 200 or record["error"]:
         return
     if not done:
@@ -236,11 +244,12 @@ def _judge_complete(record: dict[str, Any], done: bool) -> None:
     elif record["finish_reason"] is None:
         record["error"] = "incomplete: the answer has no finish_reason"
     elif pinned := CONFIG.get("min_tokens"):
-        short = record["tokens"] < pinned and not record["fallback"]
+        tokens = record["tokens"] if counted is None else counted
+        short = tokens < pinned and not record["fallback"]
         if short:
             record["truncated"] = True
             record["error"] = (
-                f"truncated: {record['tokens']} of {pinned} tokens "
+                f"truncated: {tokens} of {pinned} tokens "
                 f"(finish_reason {record['finish_reason']!r})"
             )
 

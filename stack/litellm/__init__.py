@@ -13,7 +13,10 @@ name, so ``x-litellm-model-id`` names the hop that served a request)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -110,10 +113,13 @@ def main() -> None:
 
     state = default_state_dir()
     config = load_stack_config(args.stack_config or state / "stack.yaml")
+    if _taken(config.host, args.port):
+        raise SystemExit(f"port {args.port} on {config.host} is in use: stop what holds it first")
     path = state / f"litellm-{args.policy}.yaml"
     path.write_text(yaml.safe_dump(litellm_config(config, args.policy), sort_keys=False))
     process = start(path, args.port, state / "litellm.log", config.host)
     url = f"http://{config.host}:{args.port}"
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
     try:
         wait_ready(url, process)
         print(f"LiteLLM proxy ({args.policy}) at {url}; config {path}; Ctrl-C stops it", flush=True)
@@ -121,8 +127,14 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        os.killpg(process.pid, 15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def _taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        return sock.connect_ex((host, port)) == 0
 
 
 if __name__ == "__main__":
