@@ -1,0 +1,81 @@
+"""How well the harness sees the embedded gateway's breakers from outside, from drill journals.
+
+For each breaker opening the gateway reports about itself (``drills_gateway_breaker_opened_
+timestamp_seconds``, its own clock), the opening the harness found at its L7 hop
+(``drills.checks.observed``) is paired with it, side by side:
+
+- dating: the observed opening minus the gateway's own (the observed one is dated at the end of
+  the failed attempt the gateway acted on);
+- detection: when the harness had the evidence (the start of the last of the skipped client
+  requests the rule needs) minus the gateway's own opening time.
+
+Run the sound inference-latency drill first (it opens every breaker), then:
+
+    .venv/bin/drills run scenarios/inference-latency.yaml --out /tmp/b
+    .venv/bin/python bench/breaker_observation.py /tmp/b/*/journal.json
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from drills.checks import Evaluation
+from drills.checks.observed import model_calls, openings
+from drills.model.journal import Journal
+
+
+def main() -> None:
+    dating: list[float] = []
+    detection: list[float] = []
+    for name in sys.argv[1:]:
+        journal = Journal.model_validate_json(Path(name).read_text())
+        phases = {p.name: (p.start, p.end) for p in journal.phases}
+        ev = Evaluation(
+            scenario=None,  # type: ignore[arg-type]  # the rule reads records only
+            records=journal.records,
+            phases=phases,
+            run_window=(journal.origin, journal.ended_at),
+            faults=journal.faults,
+        )
+        ev.hop_records = journal.hop_records
+        starts = sorted(r.start for r in journal.records)
+        for hop in sorted({r.hop for r in model_calls(ev)}):
+            claimed = sorted(
+                {
+                    s.value
+                    for p in journal.probes
+                    if p.source == "gateway"
+                    for s in p.samples
+                    if s.name == "drills_gateway_breaker_opened_timestamp_seconds"
+                    and s.labels.get("upstream") == hop
+                    and s.value > journal.origin
+                }
+            )
+            seen, needed = openings(ev, hop, journal.origin, journal.ended_at)
+            for opened in claimed:
+                near = [t for t in seen if abs(t - opened) < 5]
+                if not near:
+                    print(f"{name}: {hop} opened at +{opened - journal.origin:.1f}s, not seen")
+                    continue
+                t = min(near, key=lambda x: abs(x - opened))
+                dating.append((t - opened) * 1000)
+                evidence = [s for s in starts if s > t][needed - 1 : needed]
+                if evidence:
+                    detection.append((evidence[0] - opened) * 1000)
+    if not dating:
+        raise SystemExit("no breaker opening in these journals (run the sound drill first)")
+    print(f"openings paired: {len(dating)}")
+    print(
+        f"dating (observed - gateway's own), ms: median {statistics.median(dating):.0f}, "
+        f"max |.| {max(abs(d) for d in dating):.0f}"
+    )
+    print(
+        f"detection (evidence complete - gateway's own), ms: median "
+        f"{statistics.median(detection):.0f}, max {max(detection):.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
