@@ -6,8 +6,8 @@ timestamp_seconds``, its own clock), the opening the harness found at its L7 hop
 
 - dating: the observed opening minus the gateway's own (the observed one is dated at the end of
   the failed attempt the gateway acted on);
-- detection: when the harness had the evidence (the start of the last of the skipped client
-  requests the rule needs) minus the gateway's own opening time.
+- detection: when the harness had the evidence (the start of the skipped client request that
+  completed the rule's run) minus the gateway's own opening time.
 
 Run the sound inference-latency drill first (it opens every breaker), then:
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from drills.checks import Evaluation
-from drills.checks.observed import model_calls, openings
+from drills.checks.observed import find_openings, model_calls
 from drills.model.journal import Journal
 
 
@@ -40,7 +40,6 @@ def main() -> None:
             faults=journal.faults,
         )
         ev.hop_records = journal.hop_records
-        starts = sorted(r.start for r in journal.records)
         for hop in sorted({r.hop for r in model_calls(ev)}):
             claimed = sorted(
                 {
@@ -53,17 +52,15 @@ def main() -> None:
                     and s.value > journal.origin
                 }
             )
-            seen, needed = openings(ev, hop, journal.origin, journal.ended_at)
+            seen, _ = find_openings(ev, hop, journal.origin, journal.ended_at)
             for opened in claimed:
-                near = [t for t in seen if abs(t - opened) < 5]
+                near = [o for o in seen if abs(o.at - opened) < 5]
                 if not near:
                     print(f"{name}: {hop} opened at +{opened - journal.origin:.1f}s, not seen")
                     continue
-                t = min(near, key=lambda x: abs(x - opened))
-                dating.append((t - opened) * 1000)
-                evidence = [s for s in starts if s > t][needed - 1 : needed]
-                if evidence:
-                    detection.append((evidence[0] - opened) * 1000)
+                o = min(near, key=lambda x: abs(x.at - opened))
+                dating.append((o.at - opened) * 1000)
+                detection.append((o.confirmed_at - opened) * 1000)
     if not dating:
         raise SystemExit("no breaker opening in these journals (run the sound drill first)")
     print(f"openings paired: {len(dating)}")

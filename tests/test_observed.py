@@ -5,6 +5,8 @@ tests/test_drill_run.py proves the same on the real stack."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from drills.checks import Evaluation, evaluate
 from drills.common.hop import HopRecord
 from drills.model.journal import FaultRecord, Probe
@@ -77,6 +79,22 @@ def round_robin(
     return out
 
 
+def elsewhere(records: list[HopRecord], when: Callable[[float], bool]) -> list[HopRecord]:
+    """The attempts at vllm-0 that arrived ``when`` sent to vllm-1 instead, and answered."""
+    return [
+        r.model_copy(update={"hop": "vllm-1", "outcome": "complete", "status": 200})
+        if r.hop == "vllm-0" and when(r.arrived_at - T0)
+        else r
+        for r in records
+    ]
+
+
+def answered_without_upstream(records: list[Record], when: Callable[[float], bool]) -> None:
+    for r in records:
+        if when(r.start - T0):
+            r.e2e = 0.005  # a fallback, served before any attempt could reach a hop
+
+
 def gateway_says_open(at: float) -> Probe:
     return Probe.model_validate(
         {
@@ -142,26 +160,31 @@ def test_a_gateway_that_exports_no_breaker_metric_makes_no_claim_to_disagree_wit
 
 def test_a_random_router_skipping_a_healthy_hop_by_luck_is_no_opening() -> None:
     # Five requests in a row missed vllm-0 after it answered fine: a shuffle does that.
-    records = [r for r in round_robin(20, fail_from=99) if not 12 < r.arrived_at - T0 < 14.5]
+    records = elsewhere(round_robin(20, fail_from=99), lambda at: 12 < at < 14.5)
     [opened] = evaluate(evaluation(records), [OPENED])
     assert opened.observed is None and not opened.passed
 
 
 def test_a_short_gap_after_a_failure_is_no_opening() -> None:
     # vllm-0 failed, then missed 3 requests in a row: a shuffle does that too.
-    records = [r for r in round_robin(20) if not 12 < r.arrived_at - T0 < 13.5]
+    records = elsewhere(round_robin(20), lambda at: 12 < at < 13.5)
     [opened] = evaluate(evaluation(records), [OPENED])
     assert (
         opened.observed is None and "client requests in a row that all missed it" in opened.reason
     )
 
 
-def test_breaker_opens_counts_the_runs_of_skipped_requests() -> None:
-    def skipped(r: HopRecord) -> bool:
-        at = r.arrived_at - T0
-        return r.hop == "vllm-0" and (10.5 < at < 14.5 or 15.5 < at < 19.5)
+def test_requests_answered_without_any_upstream_make_a_short_run_count() -> None:
+    # Every breaker open: the fallback is served without calling any hop, 4 requests in a row.
+    records = [r for r in round_robin(20) if not 12 < r.arrived_at - T0 < 14]
+    ev = evaluation(records)
+    answered_without_upstream(ev.records, lambda at: 12 < at < 14)
+    [opened] = evaluate(ev, [OPENED])
+    assert opened.passed and abs((opened.observed or 0) - 1.31) < 0.01
 
-    records = [r for r in round_robin(20) if not skipped(r)]
+
+def test_breaker_opens_counts_the_runs_of_skipped_requests() -> None:
+    records = elsewhere(round_robin(20), lambda at: 10.5 < at < 14.5 or 15.5 < at < 19.5)
     ev = evaluation(records)
     [opens] = evaluate(ev, [Check(check="breaker_opens", target="vllm-0", during="fault", above=1)])
     assert opens.observed == 2 and opens.passed and opens.source == "observed"

@@ -7,18 +7,32 @@ at the hop followed by a run of client requests none of which reached it. How lo
 depends on the gateway's routing: a random router skips a hop that has a share ``p`` of the
 traffic ``k`` times in a row with probability ``(1 - p)^k``. ``skip_run`` takes the hop's share
 before the window (or an even split) and asks for a run that chance would give less than once in
-twenty drills, after any of the failed attempts in the window (at least 3). The opening is dated
-when that failed attempt ended: the failure the gateway acted on.
+twenty drills, after any of the failed attempts in the window (at least 3). A run of at least 3
+also counts when one of its requests reached no model hop at all while it lasted (answered
+without an upstream, as a fallback is when every breaker is open): no router skips a hop by luck
+that way. The opening is dated when the failed attempt ended: the failure the gateway acted on.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from drills.checks.base import Evaluation
 from drills.common.hop import HopRecord
 
-__all__ = ["ALPHA", "attempts", "failed", "model_calls", "openings", "share", "skip_run"]
+__all__ = [
+    "ALPHA",
+    "MIN_RUN",
+    "Opening",
+    "attempts",
+    "failed",
+    "find_openings",
+    "model_calls",
+    "openings",
+    "share",
+    "skip_run",
+]
 
 
 def model_calls(ev: Evaluation, hop: str | None = None) -> list[HopRecord]:
@@ -59,32 +73,66 @@ def share(ev: Evaluation, hop: str, before: float) -> float:
     return min(0.95, max(1 / max(2, 2 * len(hops)), mine / clients))
 
 
+MIN_RUN = 3
+"""The shortest run of skipped client requests that counts, whatever the evidence."""
+
+
 def skip_run(ev: Evaluation, hop: str, start: float, failures: int) -> int:
     """Client requests in a row that must miss ``hop`` after a failed attempt for the gap to be
     the gateway's doing rather than its router's luck (module docstring)."""
     p = share(ev, hop, start)
-    return max(3, math.ceil(math.log(ALPHA / max(1, failures)) / math.log(1 - p)))
+    return max(MIN_RUN, math.ceil(math.log(ALPHA / max(1, failures)) / math.log(1 - p)))
+
+
+@dataclass(frozen=True)
+class Opening:
+    at: float
+    """When the failed attempt the gateway acted on ended."""
+    confirmed_at: float
+    """When the harness had the evidence: the start of the skipped request that completed it."""
 
 
 def openings(ev: Evaluation, hop: str, start: float, end: float) -> tuple[list[float], int]:
     """When the gateway stopped sending to ``hop`` in ``[start, end]``, seen from the hop; and
     the run of skipped client requests that took."""
+    found, needed = find_openings(ev, hop, start, end)
+    return [o.at for o in found], needed
+
+
+def find_openings(ev: Evaluation, hop: str, start: float, end: float) -> tuple[list[Opening], int]:
+    """``openings``, each with when its evidence was complete."""
     calls = model_calls(ev, hop)
-    clients = sorted(r.start for r in ev.records)
+    arrivals = [c.arrived_at for c in model_calls(ev)]
+    # A client request during which no attempt reached any model hop was answered without an
+    # upstream (a fallback with every breaker open): no router's luck skips a hop that way.
+    clients = sorted(
+        (r.start, not any(r.start <= t <= r.start + (r.e2e or 0.0) for t in arrivals))
+        for r in ev.records
+    )
     window = [c for c in calls if start <= c.arrived_at <= end]
     needed = skip_run(ev, hop, start, sum(1 for c in window if failed(c)))
-    found: list[float] = []
+    found: list[Opening] = []
     for i, call in enumerate(window):
         if not failed(call):
             continue
         ended = call.ended_at or call.arrived_at
         later = [c.arrived_at for c in window[i + 1 :] if c.arrived_at > ended]
         until = min(later, default=end)
-        if sum(1 for t in clients if ended < t < until) >= needed:
-            found.append(ended)
-    # A failure whose gap began while an earlier one's was still open is the same opening.
-    merged = [t for k, t in enumerate(found) if k == 0 or not _same_gap(window, found[k - 1], t)]
-    return merged, needed
+        skipped = [(t, alone) for t, alone in clients if ended < t < until]
+        confirmed = _confirmed(skipped, needed)
+        if confirmed is not None and not (found and _same_gap(window, found[-1].at, ended)):
+            found.append(Opening(ended, confirmed))
+    return found, needed
+
+
+def _confirmed(skipped: list[tuple[float, bool]], needed: int) -> float | None:
+    """When a run of skipped requests became evidence enough (``None``: it never did)."""
+    seen_alone = False
+    for k, (t, alone) in enumerate(skipped, start=1):
+        seen_alone = seen_alone or alone
+        if k >= needed or (k >= MIN_RUN and seen_alone):
+            return t
+    return None
 
 
 def _same_gap(window: list[HopRecord], a: float, b: float) -> bool:
