@@ -111,6 +111,7 @@ def test_dry_run_prints_the_plan_and_contacts_nothing(tmp_path: Path) -> None:
         "served_name": "smollm2",
         "proxy": "127.0.0.1:18200",
         "upstream": "127.0.0.1:18100",
+        "l7_hop": "127.0.0.1:18220",
     }
     assert [p["name"] for p in plan["phases"]] == ["baseline", "fault", "recovery"]
     # Over the policy: the dry run says what would be refused, with exit code 2.
