@@ -12,6 +12,12 @@ hop's cost would drown in the engine's own variation. Two measurements in one ru
    kernel's work for both sockets is charged to the writer, so these include the network stack.
 
     .venv/bin/python bench/hop_overhead.py --rounds 400 --rate 100 --seconds 10
+
+Measured on the 2-core development machine (2026-12-01, 300 rounds): added latency, median of
+paired differences, 0.46 ms to the first token and 0.52 ms end to end (goal: under 1 ms); CPU
+per 100 streams/s, 9.1% of a core for the hop against 5.8% for Toxiproxy on the same open loop
+(goal: 2%: missed; loopback socket work is charged to the writer, and even the Go proxy needs
+three times the goal here).
 """
 
 from __future__ import annotations

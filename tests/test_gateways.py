@@ -86,7 +86,8 @@ class LiteLLMLike(BaseHTTPRequestHandler):
     """Answers as LiteLLM proxy does: ``/health`` needs the key, ``/health/liveliness`` not."""
 
     def do_GET(self) -> None:
-        status = {"/health/liveliness": 200, "/version": 200}.get(self.path, 401)
+        known = {"/health/liveliness": 200, "/version": 200, "/health": 401}
+        status = known.get(self.path, 404)
         self.send_response(status)
         self.end_headers()
         self.wfile.write(b'"I\'m alive!"')
@@ -105,6 +106,24 @@ def test_the_liveness_probe_is_the_adapters(litellm_like: str) -> None:
     check_health(StackEndpoints(litellm_like, litellm_like, {}, adapter=merged("litellm")))
     with pytest.raises(StackError, match=r"/health is not healthy: HTTP 401; expected 200"):
         check_health(StackEndpoints(litellm_like, litellm_like, {}, adapter=merged("drills")))
+
+
+def test_a_health_path_the_gateway_does_not_have_is_bad_input(
+    litellm_like: str, tmp_path: Path
+) -> None:
+    from drills.common.errors import ConfigError
+
+    wrong = "{use: litellm, health: {path: /healthz}}"
+    scenario, doc = load_scenario(attached(tmp_path, wrong))
+    assert not isinstance(scenario.stack, str)
+    adapter = scenario.stack.gateway_adapter()
+    with pytest.raises(ConfigError) as info:
+        check_health(StackEndpoints(litellm_like, litellm_like, {}, adapter=adapter), doc)
+    [problem] = info.value.problems
+    assert problem.startswith(f"{doc.path}:")
+    assert "stack.attach.adapter.health.path: the gateway at" in problem
+    assert "has no '/healthz' (HTTP 404; adapter 'litellm')" in problem
+    assert info.value.exit_code == 2
 
 
 def scenario() -> Scenario:
@@ -171,3 +190,22 @@ def test_a_gateway_that_never_says_its_breaker_opened_fails_the_check() -> None:
     ev = evaluation("drills", [probe(12, "drills_gateway_up", 1.0)])
     [opened] = evaluate(ev, [Check(check="breaker_opened_within", target="vllm-0", below="8s")])
     assert not opened.passed and "never opened" in opened.reason
+
+
+def test_an_adapter_map_naming_a_hop_the_stack_does_not_have_is_refused(tmp_path: Path) -> None:
+    from drills.common.errors import ConfigError
+    from drills.model.scenario import check_adapter_hops
+
+    path = attached(
+        tmp_path, "{use: litellm, upstream: {header: x-litellm-model-id, map: {dep-a: vllm-9}}}"
+    )
+    scenario, doc = load_scenario(path)
+    assert not isinstance(scenario.stack, str)
+    with pytest.raises(ConfigError) as info:
+        check_adapter_hops(scenario.stack.gateway_adapter(), doc, ["backup", "vllm-0", "vllm-1"])
+    [problem] = info.value.problems
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "adapter:" in t)
+    assert problem == (
+        f"{path}:{line} stack.attach.adapter.upstream.map.dep-a: the stack has no hop 'vllm-9'; "
+        "expected one of: backup, vllm-0, vllm-1"
+    )

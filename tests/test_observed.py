@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drills.checks import Evaluation, evaluate
+from drills.checks.observed import attribute
 from drills.common.hop import HopRecord
 from drills.model.journal import FaultRecord, Probe
 from drills.model.records import Record
@@ -215,3 +216,23 @@ def test_retry_amplification_counted_at_the_hop() -> None:
     assert every.observed == 3.0 and not every.passed
     assert "60 attempts reached every model hop (seen at the L7 hop) for 20 client" in every.reason
     assert one.observed == 2.0 and one.passed
+
+
+def test_which_hop_served_a_request_by_trace_id_else_by_timing() -> None:
+    retried, shuffled, ambiguous = client(1.0), client(3.0), client(5.0)
+    trace = f"00-{retried.trace_id}-00f067aa0ba902b7-01"
+    hop_records = [
+        attempt(0, "vllm-0", 1.01, took=0.2, outcome="client_disconnected", traceparent=trace),
+        attempt(1, "vllm-1", 1.25, took=0.24, traceparent=trace),
+        attempt(2, "vllm-0", 3.01, took=0.48),  # no traceparent: LiteLLM does not pass it on
+        attempt(3, "vllm-0", 5.01, took=0.48),
+        attempt(4, "vllm-1", 5.02, took=0.47),
+    ]
+    attribute([retried, shuffled, ambiguous], hop_records)
+    assert (retried.attempts, retried.served_by, retried.served_by_how) == (2, "vllm-1", "trace")
+    assert (shuffled.attempts, shuffled.served_by, shuffled.served_by_how) == (
+        None,
+        "vllm-0",
+        "timing",
+    )
+    assert (ambiguous.served_by, ambiguous.served_by_how) == (None, None)

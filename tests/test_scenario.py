@@ -17,7 +17,12 @@ from tests.helpers import problems
 ROOT = Path(__file__).resolve().parent.parent
 # Drill scenarios (game-day plans and their answers live beside them; tested in test_gameday).
 SHIPPED = sorted(
-    p for p in (ROOT / "scenarios").glob("*.yaml") if not p.name.startswith("gameday-")
+    p
+    for p in [
+        *(ROOT / "scenarios").glob("*.yaml"),
+        *(ROOT / "scenarios" / "litellm").glob("*.yaml"),
+    ]
+    if not p.name.startswith("gameday-")
 )
 LATENCY = (ROOT / "scenarios" / "inference-latency.yaml").read_text()
 
@@ -81,6 +86,40 @@ def test_fault_on_a_hop_the_stack_does_not_have(tmp_path: Path) -> None:
     [problem] = problems(load_scenario, path)
     assert problem.startswith(f"{path}:{line_of(text, 'vllm-7')} phases[1].inject[2].target:")
     assert "the stack has no hop 'vllm-7'; expected one of: vllm-0, vllm-1, backup" in problem
+
+
+@pytest.mark.parametrize(
+    ("fault", "field", "message"),
+    [
+        (
+            "{kind: hop.status, target: vllm-0, status: 200}",
+            "status",
+            "greater than or equal to 400",
+        ),
+        ("{kind: hop.cut, target: vllm-0, toxicity: 1.5}", "toxicity", "less than or equal to 1"),
+        ("{kind: hop.stall, target: vllm-0, duration: 2}", "duration", "a duration needs a unit"),
+        ("{kind: hop.cut, target: vllm-0, after: 2}", "after", "unknown field"),
+    ],
+)
+def test_hop_fault_parameters_out_of_range(
+    tmp_path: Path, fault: str, field: str, message: str
+) -> None:
+    text = LATENCY.replace("{kind: toxiproxy.latency, target: backup, latency: 3s}", fault)
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert problem.startswith(f"{path}:{line_of(text, 'kind: hop.')} phases[1].inject[2].{field}:")
+    assert message in problem
+
+
+def test_a_hop_fault_on_a_hop_the_l7_hop_does_not_have(tmp_path: Path) -> None:
+    text = LATENCY.replace(
+        "{kind: toxiproxy.latency, target: backup, latency: 3s}",
+        "{kind: hop.wedge, target: triton}",
+    )
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert problem.startswith(f"{path}:{line_of(text, 'hop.wedge')} phases[1].inject[2].target:")
+    assert "the stack has no L7 hop 'triton'; expected one of: vllm-0, vllm-1, backup" in problem
 
 
 def test_check_problems_name_the_check(tmp_path: Path) -> None:

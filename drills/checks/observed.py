@@ -20,12 +20,15 @@ from dataclasses import dataclass
 
 from drills.checks.base import Evaluation
 from drills.common.hop import HopRecord
+from drills.model.records import Record
 
 __all__ = [
     "ALPHA",
     "MIN_RUN",
+    "TIMING_SLACK",
     "Opening",
     "attempts",
+    "attribute",
     "failed",
     "find_openings",
     "model_calls",
@@ -137,3 +140,49 @@ def _confirmed(skipped: list[tuple[float, bool]], needed: int) -> float | None:
 
 def _same_gap(window: list[HopRecord], a: float, b: float) -> bool:
     return not any(a < c.arrived_at < b for c in window)
+
+
+TIMING_SLACK = 0.05
+"""Seconds between an attempt's end and the client's end for a match by timing."""
+
+
+def attribute(records: list[Record], hop_records: list[HopRecord]) -> None:
+    """Set each client record's ``attempts`` and ``served_by`` from what reached the L7 hop.
+
+    By trace id where the gateway passes ``traceparent`` on (each attempt carries the client's
+    trace id); otherwise by timing: the one complete attempt that ended within
+    ``TIMING_SLACK`` of the client's answer, while the request was in flight (none, or more
+    than one, and the record says nothing)."""
+    calls = [r for r in hop_records if r.method == "POST" and r.path.startswith("/v1/")]
+    by_trace: dict[str, list[HopRecord]] = {}
+    for call in calls:
+        trace = _trace_id(call.traceparent)
+        if trace is not None:
+            by_trace.setdefault(trace, []).append(call)
+    for record in records:
+        mine = by_trace.get(record.trace_id)
+        if mine:
+            record.attempts = len(mine)
+            served = [c for c in mine if c.outcome == "complete" and c.status == 200]
+            if served:
+                record.served_by, record.served_by_how = served[-1].hop, "trace"
+            continue
+        if record.e2e is None:
+            continue
+        end = record.start + record.e2e
+        near = [
+            c
+            for c in calls
+            if c.outcome == "complete"
+            and c.status == 200
+            and c.ended_at is not None
+            and record.start <= c.arrived_at
+            and abs(c.ended_at - end) <= TIMING_SLACK
+        ]
+        if len(near) == 1:
+            record.served_by, record.served_by_how = near[0].hop, "timing"
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    parts = (traceparent or "").split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
+from drills.checks.observed import attribute
 from drills.common.errors import ConfigError, HopError, Interrupted, KillSwitch, StackError
 from drills.common.hop import HopClient, HopRecord
 from drills.common.redact import redact, redact_url
@@ -62,6 +63,7 @@ from drills.model.records import Record
 from drills.model.scenario import (
     Attach,
     Scenario,
+    check_adapter_hops,
     check_profile,
     check_targets,
     expand_env,
@@ -185,8 +187,12 @@ def _l7_hops(endpoints: StackEndpoints) -> list[str]:
         return sorted(client.hops())
 
 
-def check_health(endpoints: StackEndpoints) -> None:
-    """The gateway's liveness probe as its adapter describes it, and Toxiproxy's API."""
+def check_health(endpoints: StackEndpoints, doc: YamlDocument | None = None) -> None:
+    """The gateway's liveness probe as its adapter describes it, and Toxiproxy's API.
+
+    A gateway that answers its probe path with 404 or 405 has no such path: the adapter is
+    wrong for it, which is bad input (``ConfigError``, located at the attach section of ``doc``
+    when there is one), not a sick stack."""
     health = endpoints.adapter.health
     headers = {k: expand_env(v) for k, v in health.headers.items()}
     for what, url, ok, timeout in (
@@ -199,6 +205,16 @@ def check_health(endpoints: StackEndpoints) -> None:
             raise StackError(
                 f"the stack's {what} at {redact_url(url)} is not reachable: {exc}"
             ) from None
+        if what == "gateway" and response.status_code in (404, 405) and 404 not in ok:
+            where = f"{doc.path}:{doc.line_of(('stack', 'attach', 'adapter'))} " if doc else ""
+            raise ConfigError(
+                [
+                    f"{where}stack.attach.adapter.health.path: the gateway at "
+                    f"{redact_url(endpoints.gateway)} has no {health.path!r} (HTTP "
+                    f"{response.status_code}; adapter {endpoints.adapter.name!r}); give its "
+                    "liveness path: adapter: {use: NAME, health: {path: /...}}"
+                ]
+            )
         if response.status_code not in ok:
             hint = (
                 f" (adapter {endpoints.adapter.name!r}: its health path, headers and "
@@ -301,16 +317,12 @@ class Runner:
     def _run(self, run_dir: Path, abort_path: Path) -> Journal:
         scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
-        check_health(endpoints)
+        check_health(endpoints, self.doc)
         state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
-            check_targets(
-                scenario,
-                self.doc,
-                sorted(client.proxies()),
-                self._components(state_dir),
-                _l7_hops(endpoints),
-            )
+            proxies, l7 = sorted(client.proxies()), _l7_hops(endpoints)
+            check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
+            check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
         shared = ToxiproxyClient(endpoints.toxiproxy)
         try:
             shared.version()  # open the kept-alive connection before the first fault is due
@@ -517,6 +529,9 @@ class Runner:
             record.phase = next(
                 (n for n, (s, e) in phases.items() if s <= record.start < e), "warmup"
             )
+        hop_records = self._hop_records(endpoints, outcome)
+        if hop_records is not None:
+            attribute(records, hop_records)
         return Evaluation(
             self.scenario,
             records,
@@ -529,7 +544,7 @@ class Runner:
             self.retrieval_status,
             *self._agent_identity(state_dir, endpoints),
             endpoints.adapter,
-            self._hop_records(endpoints, outcome),
+            hop_records,
         )
 
     def _hop_records(self, endpoints: StackEndpoints, outcome: _Outcome) -> list[HopRecord] | None:

@@ -9,6 +9,7 @@ is a record with ``error`` set, never a missing line.
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +56,14 @@ class Record(BaseModel):
     context_ids: list[str | None] | None = None
     phase: str | None = None
     """The phase the request counts in (set by the runner: by its start time)."""
+    attempts: int | None = None
+    """Model calls of this request that reached the harness's L7 hop, matched by trace id
+    (set by the runner; ``None``: the gateway does not pass ``traceparent`` on, or no hop)."""
+    served_by: str | None = None
+    """The hop whose answer the client got, as the harness saw it (set by the runner)."""
+    served_by_how: Literal["trace", "timing"] | None = None
+    """How ``served_by`` was found: the request's trace id at the hop, or (when the gateway
+    does not pass it on) the one attempt that ended when the client's answer did."""
 
     @classmethod
     def begin(cls, trace_id: str, endpoint: str) -> Record:

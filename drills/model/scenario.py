@@ -58,6 +58,7 @@ __all__ = [
     "LoadConfig",
     "Phase",
     "Scenario",
+    "check_adapter_hops",
     "check_profile",
     "check_targets",
     "expand_env",
@@ -831,6 +832,29 @@ def check_targets(
         raise ConfigError(problems)
 
 
+def check_adapter_hops(adapter: GatewayAdapter, doc: YamlDocument | None, hops: list[str]) -> None:
+    """Refuse an adapter whose maps send a gateway's value to a hop the stack does not have
+    (``ConfigError`` located at the attach section's adapter)."""
+    problems = []
+    maps = {
+        "upstream": adapter.upstream.map if adapter.upstream else {},
+        "breaker_opened": adapter.breaker_opened.map if adapter.breaker_opened else {},
+        "breaker_opens": adapter.breaker_opens.map if adapter.breaker_opens else {},
+    }
+    for field, mapping in maps.items():
+        for key, hop in mapping.items():
+            if hop in hops:
+                continue
+            loc: Loc = ("stack", "attach", "adapter", field, "map", key)
+            where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+            problems.append(
+                f"{where}stack.attach.adapter.{field}.map.{key}: the stack has no hop {hop!r}; "
+                f"expected one of: {', '.join(hops)}"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
 def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
     """Load and validate a scenario file. When it names a stack profile, fault targets are
     checked against that profile's hops too (without touching anything)."""
@@ -877,6 +901,16 @@ def scenario_schema() -> dict[str, Any]:
         phases=(list[phase], Field(min_length=1)),  # type: ignore[valid-type]
     )
     schema = scenario.model_json_schema(by_alias=True)
+    # The loader takes ``stack: {attach: {...}}`` as well as ``stack: {...}`` (_unwrap_attach).
+    stack = schema["properties"]["stack"]
+    stack["oneOf"].append(
+        {
+            "type": "object",
+            "properties": {"attach": {"$ref": "#/$defs/Attach"}},
+            "required": ["attach"],
+            "additionalProperties": False,
+        }
+    )
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "drills scenario"
     return schema
