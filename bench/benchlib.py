@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-__all__ = ["free_port", "timed", "wait_until_up"]
+__all__ = ["alternate", "free_port", "timed", "wait_until_up"]
 
 
 def free_port() -> int:
@@ -43,3 +43,19 @@ def timed(client: httpx.Client, url: str, body: dict[str, object]) -> tuple[floa
                 first = time.perf_counter()
     end = time.perf_counter()
     return ((first or end) - started) * 1000, (end - started) * 1000
+
+
+def alternate(
+    paths: dict[str, str], body: dict[str, object], rounds: int, warmup: int = 20
+) -> dict[str, list[tuple[float, float]]]:
+    """``timed`` samples of each path, requests alternating between them (so all of them see
+    the same machine load), after ``warmup`` requests to each."""
+    samples: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
+    with httpx.Client(timeout=30) as client:
+        for url in paths.values():
+            for _ in range(warmup):
+                timed(client, url, body)
+        for _ in range(rounds):
+            for name, url in paths.items():
+                samples[name].append(timed(client, url, body))
+    return samples

@@ -20,9 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
 import yaml
-from benchlib import free_port, timed, wait_until_up
+from benchlib import alternate, free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,14 +80,7 @@ def main() -> None:
                 "direct": f"http://127.0.0.1:{stub_port}/v1/chat/completions",
                 "gateway": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
             }
-            samples: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
-            with httpx.Client(timeout=30) as client:
-                for url in paths.values():
-                    for _ in range(20):
-                        timed(client, url, {**body, "stream": True})
-                for _ in range(args.rounds):
-                    for name, url in paths.items():
-                        samples[name].append(timed(client, url, {**body, "stream": True}))
+            samples = alternate(paths, {**body, "stream": True}, args.rounds)
         finally:
             for proc in procs:
                 proc.terminate()

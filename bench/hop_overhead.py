@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import free_port, timed, wait_until_up
+from benchlib import alternate, free_port, wait_until_up
 
 from drills.common.toxiproxy import ToxiproxyClient
 from stack.provision import ensure_toxiproxy
@@ -118,14 +118,7 @@ def main() -> None:
             "direct": f"http://127.0.0.1:{stub}/v1/chat/completions",
             "hop": f"http://127.0.0.1:{hop}/v1/chat/completions",
         }
-        samples: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
-        with httpx.Client(timeout=30) as client:
-            for url in paths.values():
-                for _ in range(30):
-                    timed(client, url, body)
-            for _ in range(args.rounds):
-                for name, url in paths.items():
-                    samples[name].append(timed(client, url, body))
+        samples = alternate(paths, body, args.rounds, warmup=30)
         loads = {}
         for name, pid, url in (
             ("hop", procs[1].pid, paths["hop"]),

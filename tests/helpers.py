@@ -76,3 +76,21 @@ def made_up_scenario(
             "expect": checks or [{"check": "error_rate", "below": 0.5}],
         }
     )
+
+
+def latency_fault_window(t0: float) -> tuple[Any, dict[str, tuple[float, float]]]:
+    """The fault record of 3 s latency on vllm-0 applied at ``t0 + 10`` and reverted at
+    ``t0 + 20``, and the phases around it (baseline, fault): for checks' unit tests."""
+    from drills.model.journal import FaultRecord
+
+    fault = FaultRecord(
+        index=0,
+        phase="fault",
+        kind="toxiproxy.latency",
+        target="vllm-0",
+        scheduled_offset=0,
+        scheduled_end=10,
+        applied_at=t0 + 10,
+        reverted_at=t0 + 20,
+    )
+    return fault, {"baseline": (t0, t0 + 10), "fault": (t0 + 10, t0 + 20)}

@@ -17,9 +17,9 @@ from drills.checks import Evaluation, evaluate
 from drills.common.errors import StackError
 from drills.engine.runner import StackEndpoints, check_health
 from drills.model.gateways import BUILTIN, merged
-from drills.model.journal import FaultRecord, Probe
+from drills.model.journal import Probe
 from drills.model.scenario import Check, Scenario, load_scenario
-from tests.helpers import made_up_scenario, problems, serving
+from tests.helpers import latency_fault_window, made_up_scenario, problems, serving
 
 T0 = 1_800_000_000.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,17 +143,7 @@ def probe(at: float, name: str, value: float, **labels: str) -> Probe:
 
 
 def evaluation(adapter: str, probes: list[Probe]) -> Evaluation:
-    fault = FaultRecord(
-        index=0,
-        phase="fault",
-        kind="toxiproxy.latency",
-        target="vllm-0",
-        scheduled_offset=0,
-        scheduled_end=10,
-        applied_at=T0 + 10,
-        reverted_at=T0 + 20,
-    )
-    phases = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
+    fault, phases = latency_fault_window(T0)
     ev = Evaluation(scenario(), [], phases, (T0, T0 + 20), [fault], probes)
     ev.adapter = merged(
         adapter

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from drills.checks import Evaluation, evaluate
 from drills.checks.observed import attribute
 from drills.common.hop import HopRecord
-from drills.model.journal import FaultRecord, Probe
+from drills.model.journal import Probe
 from drills.model.records import Record
 from drills.model.scenario import Check
-from tests.helpers import made_up_scenario
+from tests.helpers import latency_fault_window, made_up_scenario
 
 T0 = 1_800_000_000.0
 
@@ -43,17 +43,7 @@ def evaluation(
     hop_records: list[HopRecord] | None, probes: list[Probe] | None = None
 ) -> Evaluation:
     latency = {"kind": "toxiproxy.latency", "target": "vllm-0", "latency": "3s"}
-    fault = FaultRecord(
-        index=0,
-        phase="fault",
-        kind="toxiproxy.latency",
-        target="vllm-0",
-        scheduled_offset=0,
-        scheduled_end=10,
-        applied_at=T0 + 10,
-        reverted_at=T0 + 20,
-    )
-    phases = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
+    fault, phases = latency_fault_window(T0)
     clients = [client(t * 0.5) for t in range(40)]  # a request every 0.5 s
     ev = Evaluation(
         made_up_scenario(latency), clients, phases, (T0, T0 + 20), [fault], probes or []
