@@ -52,7 +52,12 @@ def litellm(
 
 
 def drill(
-    name: str, stack: RunningStack, tmp_path: Path, gateway: str, adapter: str = "litellm"
+    name: str,
+    stack: RunningStack,
+    tmp_path: Path,
+    gateway: str,
+    adapter: str = "litellm",
+    *extra: str,
 ) -> tuple[int, dict[str, Any], str]:
     """Run ``scenarios/litellm/NAME.yaml`` attached to ``gateway``; exit code, journal, stderr."""
     out = subprocess.run(
@@ -64,6 +69,7 @@ def drill(
             adapter,
             "--out",
             str(tmp_path / "runs"),
+            *extra,
         ),
         capture_output=True,
         text=True,

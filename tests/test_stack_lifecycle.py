@@ -42,6 +42,7 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
         "triton",
         "vectordb",
         "tools",
+        "hop",
         "gateway",
         "backup",
     }
@@ -67,6 +68,9 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
         assert comp["proxy_listen"] == f"127.0.0.1:{replica.proxy_port}"
     assert comps["backup"]["proxy_listen"] == f"127.0.0.1:{cfg.backup.proxy_port}"  # type: ignore[union-attr]
     assert comps["gateway"]["endpoint"] == stack.gateway_url
+    # The harness's L7 hop runs with the stack (gateway -> hop -> Toxiproxy -> engine).
+    assert comps["hop"]["healthy"] and comps["hop"]["kind"] == "hop"
+    assert comps["hop"]["endpoint"] == stack.hop_url
 
     table = cli("stack", "status", "--state-dir", str(stack.state_dir))
     assert table.returncode == 0
