@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stack import control
 from stack.litellm import litellm_config, start, wait_ready
 from tests.conftest import RunningStack, drills_cli, free_port, isolated_env
 
@@ -136,3 +138,44 @@ def test_the_unsound_twin_keeps_sending_to_the_slow_replica_and_fails(
     results = checks(journal)
     opened = results["breaker_opened_within vllm-0"]
     assert not opened["passed"] and "never stopped sending to vllm-0" in opened["reason"], opened
+
+
+def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
+    """Until the supervisor has the killed replica back (the next test needs both)."""
+    deadline = time.monotonic() + timeout
+    while not control.status(stack.state_dir).healthy:
+        assert time.monotonic() < deadline, "the stack did not become healthy again"
+        time.sleep(2)
+
+
+def test_a_killed_replica_is_cooled_down_at_its_first_failure_and_costs_no_error(
+    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+) -> None:
+    state = ("--state-dir", str(stack.state_dir))
+    code, journal, stderr = drill(
+        "replica-killed", stack, tmp_path, litellm("sound"), "litellm", *state
+    )
+    wait_healthy(stack)
+    results = checks(journal)
+    assert code == 0, (stderr, results)
+    dead = [
+        h for h in journal["hop_records"] if h["hop"] == "vllm-0" and h["outcome"] != "complete"
+    ]
+    assert dead and all(h["outcome"] == "upstream_error" for h in dead)  # refused/reset, as seen
+
+
+def test_with_litellms_own_cooldown_logic_a_dead_replica_keeps_failing_requests(
+    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+) -> None:
+    """The twin: without allowed_fails LiteLLM does not cool a deployment down on connection
+    errors, so its retries land on the dead replica again and clients get errors."""
+    state = ("--state-dir", str(stack.state_dir))
+    code, journal, stderr = drill(
+        "replica-killed", stack, tmp_path, litellm("default"), "litellm", *state
+    )
+    wait_healthy(stack)
+    assert code == 1, stderr
+    results = checks(journal)
+    assert not results["error_rate during fault"]["passed"], results
+    errors = [r["error"] for r in journal["records"] if r["phase"] == "fault" and r["error"]]
+    assert errors and all("Connection error" in e for e in errors), errors

@@ -32,8 +32,8 @@ from stack.provision import ensure_litellm_python
 __all__ = ["POLICIES", "litellm_config", "start", "wait_ready"]
 
 FILES = Path(__file__).parent
-POLICIES = ("sound", "unsound")
-Policy = Literal["sound", "unsound"]
+POLICIES = ("sound", "default", "unsound")
+Policy = Literal["sound", "default", "unsound"]
 
 
 def litellm_config(config: StackConfig, policy: Policy) -> dict[str, Any]:
