@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
+import statistics
+import subprocess
 import time
 
 import httpx
 
-__all__ = ["alternate", "free_port", "timed", "wait_until_up"]
+__all__ = ["alternate", "free_port", "report", "stop", "timed", "wait_until_up"]
 
 
 def free_port() -> int:
@@ -59,3 +61,28 @@ def alternate(
             for name, url in paths.items():
                 samples[name].append(timed(client, url, body))
     return samples
+
+
+def report(samples: dict[str, list[tuple[float, float]]], reference: str, subject: str) -> None:
+    """Each path's medians (and e2e p99), then what ``subject`` adds to ``reference``: the
+    median of the paired differences, to the first token and end to end."""
+    width = max(map(len, samples)) + 1
+    for name, rows in samples.items():
+        ttft = statistics.median(r[0] for r in rows)
+        e2e = statistics.median(r[1] for r in rows)
+        p99 = statistics.quantiles([r[1] for r in rows], n=100)[98]
+        print(f"{name:{width}} ttft {ttft:7.3f}  e2e {e2e:7.3f}  e2e p99 {p99:7.3f}")
+    for i, what in enumerate(("ttft", "e2e")):
+        pairs = zip(samples[subject], samples[reference], strict=True)
+        diffs = [s[i] - r[i] for s, r in pairs]
+        print(
+            f"{subject} adds ({what}, median of paired differences): "
+            f"{statistics.median(diffs):.3f} ms"
+        )
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the benchmark's own processes, by their ids."""
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -14,14 +14,13 @@ separate processes, then alternates requests: client -> stub vs client -> gatewa
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
-from benchlib import alternate, free_port, wait_until_up
+from benchlib import alternate, free_port, report, stop, wait_until_up
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,20 +81,9 @@ def main() -> None:
             }
             samples = alternate(paths, {**body, "stream": True}, args.rounds)
         finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(timeout=10)
+            stop(procs)
     print(f"rounds={args.rounds} (medians, ms; stub upstream, streamed)")
-    for name in paths:
-        ttft = statistics.median(s[0] for s in samples[name])
-        e2e = statistics.median(s[1] for s in samples[name])
-        p99 = statistics.quantiles([s[1] for s in samples[name]], n=100)[98]
-        print(f"{name:8} ttft {ttft:7.3f}  e2e {e2e:7.3f}  e2e p99 {p99:7.3f}")
-    diffs = [g[1] - d[1] for g, d in zip(samples["gateway"], samples["direct"], strict=True)]
-    print(
-        f"gateway overhead per request (e2e, median of paired differences): "
-        f"{statistics.median(diffs):.3f} ms"
-    )
+    report(samples, "direct", "gateway")
 
 
 if __name__ == "__main__":

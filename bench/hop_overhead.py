@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-from benchlib import alternate, free_port, wait_until_up
+from benchlib import alternate, free_port, report, stop, wait_until_up
 
 from drills.common.toxiproxy import ToxiproxyClient
 from stack.provision import ensure_toxiproxy
@@ -128,20 +127,9 @@ def main() -> None:
             done = asyncio.run(open_loop(url, body, args.rate, args.seconds))
             loads[name] = (done, cpu_seconds(pid) - cpu0, time.perf_counter() - wall0)
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
+        stop(procs)
     print(f"rounds={args.rounds} (medians, ms; stub upstream, streamed, 4 tokens)")
-    for name in paths:
-        ttft = statistics.median(s[0] for s in samples[name])
-        e2e = statistics.median(s[1] for s in samples[name])
-        print(f"{name:7} ttft {ttft:7.3f}  e2e {e2e:7.3f}")
-    for i, what in enumerate(("ttft", "e2e")):
-        diffs = [h[i] - d[i] for h, d in zip(samples["hop"], samples["direct"], strict=True)]
-        print(
-            f"hop added latency ({what}, median of paired differences): "
-            f"{statistics.median(diffs):.3f} ms"
-        )
+    report(samples, "direct", "hop")
     for name, (done, cpu, wall) in loads.items():
         rate = done / wall
         share = cpu / wall * 100

@@ -309,12 +309,12 @@ class HopServer:
     async def _answer(
         self, hop: Hop, request: web.Request, answer: _Answer, rule: Any | None
     ) -> None:
+        if isinstance(rule, (StatusRule, WedgeRule)):
+            answer.record["outcome"] = "injected"  # the hop answers (or hangs) itself
         if isinstance(rule, StatusRule):
-            answer.record["outcome"] = "injected"
             await _status(answer, rule)
             return
         if isinstance(rule, WedgeRule):
-            answer.record["outcome"] = "injected"
             await asyncio.Event().wait()  # until the client leaves (the handler is cancelled)
         assert hop.session is not None
         body = await request.read()
@@ -366,16 +366,14 @@ async def _stream(content: Any, answer: _Answer, rule: Any | None) -> None:
         while b"\n\n" in pending:
             event, _, pending = pending.partition(b"\n\n")
             if sent == after:
+                answer.record["outcome"] = "injected"  # the stream reached the rule's chunk
                 if isinstance(rule, StallRule):
-                    answer.record["outcome"] = "injected"
                     await asyncio.sleep(rule.duration)
                     after = None  # once per stream
                 elif isinstance(rule, CutRule):
-                    answer.record["outcome"] = "injected"
                     await _cut(answer, rule)
                     return
                 elif isinstance(rule, MalformedRule):
-                    answer.record["outcome"] = "injected"
                     await answer.send(_MALFORMED)
                     sent += 1
                     after = None

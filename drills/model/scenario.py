@@ -823,13 +823,18 @@ def check_targets(
             continue
         for loc, target in _fault_locs(scenario, family):
             if target not in names:
-                where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-                problems.append(
-                    f"{where}{format_path(loc)}: the stack has no {what} {target!r}; "
-                    f"expected one of: {', '.join(names) or '(none: the stack runs no L7 hop)'}"
-                )
+                problems.append(_not_in_stack(doc, loc, format_path(loc), what, target, names))
     if problems:
         raise ConfigError(problems)
+
+
+def _not_in_stack(
+    doc: YamlDocument | None, loc: Loc, field: str, what: str, value: str, names: list[str]
+) -> str:
+    """``file:line field: the stack has no WHAT 'value'; expected one of: ...``."""
+    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+    known = ", ".join(names) or "(none: the stack runs no L7 hop)"
+    return f"{where}{field}: the stack has no {what} {value!r}; expected one of: {known}"
 
 
 def check_adapter_hops(adapter: GatewayAdapter, doc: YamlDocument | None, hops: list[str]) -> None:
@@ -846,11 +851,8 @@ def check_adapter_hops(adapter: GatewayAdapter, doc: YamlDocument | None, hops: 
             if hop in hops:
                 continue
             loc: Loc = ("stack", "attach", "adapter", field, "map", key)
-            where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-            problems.append(
-                f"{where}stack.attach.adapter.{field}.map.{key}: the stack has no hop {hop!r}; "
-                f"expected one of: {', '.join(hops)}"
-            )
+            path = f"stack.attach.adapter.{field}.map.{key}"
+            problems.append(_not_in_stack(doc, loc, path, "hop", hop, hops))
     if problems:
         raise ConfigError(problems)
 
