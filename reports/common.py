@@ -11,7 +11,7 @@ from drills.common.stats import percentile
 from drills.model.journal import Journal
 from drills.model.references import check_link
 
-__all__ = ["fmt_seconds", "runbook_link", "series"]
+__all__ = ["fmt_seconds", "runbook_link", "series", "windows"]
 
 
 def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | None:
@@ -62,4 +62,27 @@ def series(journal: Journal, bucket: float = 5.0) -> list[dict[str, Any]]:
             }
         )
         t += bucket
+    return rows
+
+
+def windows(journal: Journal, examples: int = 3) -> list[dict[str, Any]]:
+    """Per window a request can count in (``drills.model.windows``), in time order: how many
+    requests count there, how many failed, and the straddling ones (with a few of their
+    reasons). Windows nobody counted in are left out."""
+    order = ["warmup", *(p.name for p in journal.phases), "after"]
+    rows = []
+    for name in order:
+        counted = [r for r in journal.records if r.phase == name]
+        if not counted:
+            continue
+        straddling = [r for r in counted if r.straddles]
+        rows.append(
+            {
+                "phase": name,
+                "requests": len(counted),
+                "errors": sum(r.is_error for r in counted),
+                "straddling": len(straddling),
+                "examples": [r.straddles for r in straddling[:examples]],
+            }
+        )
     return rows

@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from drills.model.journal import Journal
 from drills.model.records import Record
-from reports.common import fmt_seconds, runbook_link, series
+from reports.common import fmt_seconds, runbook_link, series, windows
 
 __all__ = ["render_html"]
 
@@ -179,4 +179,5 @@ def render_html(journal: Journal, out_dir: Path) -> str:
         checks=checks,
         charts=charts,
         samples=_samples(journal),
+        windows=windows(journal),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drills.model.journal import Journal
-from reports.common import runbook_link
+from reports.common import runbook_link, windows
 
 __all__ = ["render_markdown"]
 
@@ -40,6 +40,13 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
             f"{_cell(check.observed_text)} | {result} |"
         )
+    counted = windows(journal)
+    if any(row["straddling"] for row in counted):
+        lines += ["", "Straddling requests (counted where they met a fault, else where sent):"]
+        for row in counted:
+            if row["straddling"]:
+                why = "; ".join(_cell(e) for e in row["examples"])
+                lines.append(f"- {row['phase']}: {row['straddling']} of {row['requests']} ({why})")
     if journal.aborted:
         lines += ["", f"Aborted: `{journal.aborted}`"]
     if journal.rollbacks.failed:

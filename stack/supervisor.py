@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 RAG_FILES = Path(__file__).parent / "rag"
 STOP_GRACE = 10.0
 POLL_INTERVAL = 0.5
+EXIT_GRACE = 1.0  # seconds a process whose health check failed gets to be reaped
 
 
 @dataclass(frozen=True)
@@ -644,9 +645,10 @@ class Supervisor:
             run.warmup = None
             self._event(run, "warmed_up")
         healthy = self._healthy(run.spec)
-        if not healthy and run.process is not None and run.process.poll() is not None:
-            # It died between the exit check and the health check: the next round records
-            # the exit (and its restart), not a health failure of a process that is gone.
+        if not healthy and run.process is not None and self._exiting(run.process):
+            # It died between the exit check and the health check, or is dying: the next
+            # round records the exit (and its restart), not a health failure of a process
+            # that is gone.
             return changed
         if healthy and run.status == "starting" and self._needs_warmup(run):
             # Ready means warm: a fresh engine's first requests are several times slower
@@ -673,6 +675,17 @@ class Supervisor:
         ):
             run.backoff_step = 0
         return changed
+
+    @staticmethod
+    def _exiting(proc: subprocess.Popen[bytes]) -> bool:
+        """Whether a process whose health check just failed is exiting. A killed process
+        closes its sockets (the check sees a refused or reset connection) a moment before
+        it can be reaped, so one that is not reaped at once gets a short grace."""
+        try:
+            proc.wait(timeout=EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def _needs_warmup(self, run: Running) -> bool:
         if run.spec.kind == "vectordb":

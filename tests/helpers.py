@@ -88,8 +88,8 @@ def latency_fault_window(t0: float) -> tuple[Any, dict[str, tuple[float, float]]
         phase="fault",
         kind="toxiproxy.latency",
         target="vllm-0",
-        scheduled_offset=0,
-        scheduled_end=10,
+        scheduled_offset=10,
+        scheduled_end=20,
         applied_at=t0 + 10,
         reverted_at=t0 + 20,
     )

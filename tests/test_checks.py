@@ -41,8 +41,8 @@ def fault(**kw: Any) -> FaultRecord:
         "phase": "fault",
         "kind": "toxiproxy.down",
         "target": "vllm-0",
-        "scheduled_offset": 0.0,
-        "scheduled_end": 10.0,
+        "scheduled_offset": 10.0,
+        "scheduled_end": 20.0,
         "applied_at": T0 + 10.1,
         "reverted_at": T0 + 20.0,
     }
@@ -137,7 +137,7 @@ def test_check_model_refuses_incoherent_bounds() -> None:
         Check(check="breaker_opened_within", below="1s")
 
 
-def test_a_request_straddling_a_phase_boundary_counts_in_neither_phase() -> None:
+def test_a_request_the_fault_caught_counts_under_the_fault_not_in_the_baseline() -> None:
     s = scenario(
         {"check": "e2e.p99", "during": "baseline", "below": "1s"},
         {"check": "fallback_rate", "during": "fault", "above": 0.9},
@@ -147,4 +147,29 @@ def test_a_request_straddling_a_phase_boundary_counts_in_neither_phase() -> None
     records += [rec(12 + i, e2e=0.01, fallback=True) for i in range(5)]
     base, fault = evaluate(ev(s, records))
     assert base.passed and base.samples == 9
-    assert fault.passed and fault.samples == 5
+    assert fault.passed and fault.samples == 6
+    caught = records[9]
+    assert caught.phase == "fault" and caught.counted_at == T0 + 10.1
+    assert caught.straddles and "in flight when it was" in caught.straddles
+
+
+def test_every_request_counts_in_exactly_one_window_even_those_hanging_past_the_fault() -> None:
+    s = scenario({"check": "error_rate", "during": "recovery", "below": 0.01})
+    hung = Record(start=T0 + 15, e2e=12.0, status=0, error="ReadTimeout", trace_id="h")
+    during_revert = rec(20.01, e2e=0.2, status=502)  # sent before the revert had finished
+    late = rec(19.5, e2e=3.0)  # sent under the fault, answered in recovery
+    clean = [rec(22 + i, e2e=0.2) for i in range(5)]
+    records = [rec(i, e2e=0.2) for i in range(9)] + [hung, during_revert, late, *clean]
+    evaluation = ev(s, records, faults=[fault(reverted_at=T0 + 20.05)])
+    (recovery,) = evaluate(evaluation)
+    # The hung request and the one sent while the revert ran count under the fault; recovery
+    # sees only what was sent once the fault was gone.
+    assert recovery.passed and recovery.samples == 5, recovery
+    assert [r.phase for r in (hung, during_revert, late)] == ["fault"] * 3
+    assert "before its revert finished" in (during_revert.straddles or "")
+    assert "answered" in (hung.straddles or "") and "answered" in (late.straddles or "")
+    windows = {
+        name: evaluation.requests_in(start, end) for name, (start, end) in evaluation.phases.items()
+    }
+    counted = [r for rs in windows.values() for r in rs]
+    assert sorted(map(id, counted)) == sorted(map(id, records))  # each once, none left out

@@ -20,6 +20,7 @@ from drills.model.gateways import GatewayAdapter
 from drills.model.journal import CheckResult, FaultRecord, Probe
 from drills.model.records import Record
 from drills.model.scenario import KILL_KINDS, Check, Scenario, bound_value
+from drills.model.windows import charge
 
 __all__ = [
     "CheckResult",
@@ -68,14 +69,22 @@ class Evaluation:
     """What reached the harness's L7 hop (each attempt at a model hop); ``None``: the stack
     runs no L7 hop, so the checks that need one fall back to the gateway's claim."""
 
+    def __post_init__(self) -> None:
+        charge(self.records, self.phases, self.faults)
+
     def window(self, during: str | None) -> tuple[float, float]:
         return self.phases[during] if during else self.run_window
 
     def requests_in(self, start: float, end: float) -> list[Record]:
-        """Requests that ran entirely inside ``[start, end)``. One that straddles a boundary
-        (sent in the baseline, answered under the fault) belongs to neither side: counting it
-        by its start would charge the fault's latency to the baseline."""
-        return [r for r in self.records if start <= r.start and r.start + (r.e2e or 0.0) <= end]
+        """Requests that count inside ``[start, end)``: by the time they were sent, or met a
+        fault they were not sent under (``drills.model.windows``). Every request counts in
+        exactly one phase: none is invisible, and one sent in the baseline that the fault
+        caught counts under the fault, not in the baseline."""
+        return [r for r in self.records if start <= _counted_at(r) < end]
+
+
+def _counted_at(record: Record) -> float:
+    return record.counted_at if record.counted_at is not None else record.start
 
 
 def expected_text(check: Check, unit: str) -> str:

@@ -86,7 +86,7 @@ def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
     Other hops (Toxiproxy 2.12 counts bytes, not requests) use the gateway's attempt counter."""
     start, end = ev.window(check.during)
     target = check.target or ""
-    requests = [r for r in ev.records if start <= r.start < end]
+    requests = ev.requests_in(start, end)
     if not requests:
         return result(check, "retry_amplification", None, 0, "no user request in the window")
     if target == ev.tools_hop or target.startswith(f"{ev.tools_hop}:"):

@@ -521,14 +521,10 @@ class Runner:
         prober: Prober,
         outcome: _Outcome,
     ) -> Evaluation:
-        """Everything the checks look at. Every request counts in the phase it started in
-        (``warmup`` before the first)."""
+        """Everything the checks look at. The evaluation says which phase each request counts
+        in (``drills.model.windows``: the one it was sent in, or the fault it met)."""
         records = outcome.live + outcome.reader.read_new()
         phases = outcome.phases or {p.name: (outcome.started_at,) * 2 for p in self.scenario.phases}
-        for record in records:
-            record.phase = next(
-                (n for n, (s, e) in phases.items() if s <= record.start < e), "warmup"
-            )
         hop_records = self._hop_records(endpoints, outcome)
         if hop_records is not None:
             attribute(records, hop_records)

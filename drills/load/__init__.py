@@ -28,6 +28,7 @@ __all__ = ["LoadProcess", "RecordReader", "load_prompts"]
 
 logger = logging.getLogger(__name__)
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+MAX_STOP_TIMEOUT = 10.0
 
 
 def load_prompts(load: LoadConfig, base: Path) -> list[list[dict[str, str]]]:
@@ -100,7 +101,7 @@ class LoadProcess:
                     f"{int(self.run_time) + 60}s",
                     "--only-summary",
                     "--stop-timeout",
-                    "2",
+                    f"{self.stop_timeout:g}",
                     "--loglevel",
                     "WARNING",
                     "--skip-log-setup",
@@ -130,14 +131,21 @@ class LoadProcess:
             self.process.pid,
         )
 
+    @property
+    def stop_timeout(self) -> float:
+        """Seconds requests in flight get to finish when the load stops (Locust's
+        ``--stop-timeout``): the request timeout, at most ``MAX_STOP_TIMEOUT``. One still
+        waiting then is recorded as unfinished, an error."""
+        return min(float(self.load.timeout), MAX_STOP_TIMEOUT)
+
     def stop(self) -> None:
-        """Stop the load; requests in flight get ``--stop-timeout`` to finish."""
+        """Stop the load; requests in flight get ``stop_timeout`` to finish."""
         proc = self.process
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=self.stop_timeout + 10)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -17,11 +17,15 @@ import json
 import os
 import random
 import secrets
+import signal
 import time
 from typing import Any
 
+import gevent  # type: ignore[import-untyped]
+import gevent.event  # type: ignore[import-untyped]
 import requests
-from locust import LoadTestShape, User, constant, task
+from locust import LoadTestShape, User, constant, events, task
+from locust.env import Environment
 
 from drills.model.records import Record
 
@@ -31,6 +35,22 @@ HEADERS: dict[str, str] = json.loads(os.environ.get("DRILLS_LOAD_HEADERS") or "{
 # Open for the life of the process: one line per request, flushed at each newline.
 RECORDS = open(CONFIG["records"], "a", buffering=1)  # noqa: SIM115
 FALLBACK = CONFIG["fallback"]
+
+
+STOPPING = gevent.event.Event()
+"""Set by SIGTERM: the shape's next tick ends the test."""
+
+
+def _stop_gently_on_sigterm(environment: Environment, **_: Any) -> None:
+    """SIGTERM (how ``LoadProcess.stop`` ends the load) ends the shape test at its next tick,
+    so that Locust stops the users itself, giving requests in flight ``--stop-timeout`` to
+    finish (one still waiting is then recorded as unfinished). Locust installs its own SIGTERM
+    handler only after a headless shape test has run, so without this one SIGTERM killed the
+    process with its requests in flight, and their records."""
+    gevent.signal_handler(signal.SIGTERM, STOPPING.set)
+
+
+events.init.add_listener(_stop_gently_on_sigterm)  # type: ignore[no-untyped-call]
 
 
 def _is_fallback(headers: Any, text: str) -> bool:
@@ -55,8 +75,31 @@ def _new_record(trace_id: str, endpoint: str) -> dict[str, Any]:
 
 
 def _write(record: dict[str, Any]) -> None:
-    # Validated against the schema as it is written: a field the checks do not know fails here.
-    RECORDS.write(Record.model_validate(record).model_dump_json(exclude_none=False) + "\n")
+    """One line per request. Validated against the schema as it is written; a record that
+    does not validate (a bug of ours, an answer no field can hold) is still written, as an
+    error that says so, so that the request is not lost."""
+    try:
+        line = Record.model_validate(record).model_dump_json(exclude_none=False)
+    except ValueError as exc:
+        fallback = Record(
+            start=float(record.get("start") or time.time()),
+            trace_id=str(record.get("trace_id") or ""),
+            endpoint=str(record.get("endpoint") or "chat"),
+            status=record["status"] if isinstance(record.get("status"), int) else 0,
+            e2e=record.get("e2e") if isinstance(record.get("e2e"), float) else None,
+            error=f"record not valid: {exc}"[:300],
+        )
+        line = fallback.model_dump_json(exclude_none=False)
+    RECORDS.write(line + "\n")
+
+
+def _unfinished(record: dict[str, Any], started: float) -> None:
+    """Write the record of a request the load stopped under (its stop timeout ran out)."""
+    record["e2e"] = time.perf_counter() - started
+    record["error"] = record["error"] or (
+        f"unfinished: no answer after {record['e2e']:.1f}s, when the load stopped"
+    )
+    _write(record)
 
 
 class LLMUser(User):
@@ -67,6 +110,8 @@ class LLMUser(User):
 
     @task
     def request(self) -> None:
+        if STOPPING.is_set():
+            return  # the load is stopping: send nothing it would not wait for
         if CONFIG.get("endpoint", "chat") == "chat":
             self.chat()
         else:
@@ -94,8 +139,16 @@ class LLMUser(User):
             record["status"] = response.status_code
             _served_by(record, response.headers)
             record["trace_id"] = response.headers.get("x-trace-id", trace_id)
-            payload = response.json() if response.content else {}
-            if response.status_code == 200:
+            if response.status_code != 200:
+                record["error"] = _error_of(response)
+                payload: Any = None
+            else:
+                try:
+                    payload = response.json()
+                except ValueError:
+                    record["error"] = f"malformed answer: not JSON ({response.content[:80]!r})"
+                    payload = None
+            if isinstance(payload, dict):
                 record["ttft"] = time.perf_counter() - started
                 text = str(payload.get("answer") or "")
                 record["text"] = text[:300]
@@ -103,11 +156,13 @@ class LLMUser(User):
                 record["agent_status"] = payload.get("status")
                 record["context_ids"] = [c.get("id") for c in payload.get("context") or ()]
                 record["fallback"] = _is_fallback(response.headers, text)
-            else:
-                error = payload.get("error") if isinstance(payload, dict) else None
-                record["error"] = (error or {}).get("message") or f"HTTP {response.status_code}"
+            elif record["error"] is None:
+                record["error"] = f"malformed answer: not an object ({response.content[:80]!r})"
         except Exception as exc:  # any failure is this request's record, never a lost line
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        except BaseException:  # the load stopping under it (GreenletExit): still one record
+            _unfinished(record, started)
+            raise
         record["e2e"] = time.perf_counter() - started
         _write(record)
         self.environment.events.request.fire(
@@ -162,6 +217,9 @@ class LLMUser(User):
                 _judge_complete(record, done)
         except Exception as exc:  # any failure is this request's record, never a lost line
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        except BaseException:  # the load stopping under it (GreenletExit): still one record
+            _unfinished(record, started)
+            raise
         record["e2e"] = time.perf_counter() - started
         _write(record)
         self.environment.events.request.fire(
@@ -202,10 +260,15 @@ def _read_stream(response: Any, record: dict[str, Any], started: float) -> tuple
         usage = chunk.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             record["usage_tokens"] = usage["completion_tokens"]
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            record["error"] = record["error"] or f"malformed chunk: {data[:80]!r}"
+            continue
+        for choice in choices:
             record["finish_reason"] = choice.get("finish_reason") or record["finish_reason"]
-            piece = (choice.get("delta") or {}).get("content")
-            if piece:
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(piece, str) and piece:
                 now = time.perf_counter()
                 if last is None:
                     record["ttft"] = now - started
@@ -217,19 +280,46 @@ def _read_stream(response: Any, record: dict[str, Any], started: float) -> tuple
     return "".join(text), False
 
 
+def _error_of(response: Any) -> str:
+    """What an error answer says went wrong: its ``error.message`` (a JSON body, or the first
+    SSE event of a stream that failed before it began), else the start of its text."""
+    raw: bytes = response.content or b""
+    body = raw.strip()
+    if body.startswith(b"data:"):
+        body = body[5:].split(b"\n", 1)[0].strip()
+    try:
+        payload = json.loads(body) if body else {}
+    except ValueError:
+        payload = None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    if message:
+        return f"HTTP {response.status_code}: {message}"[:300]
+    text = raw[:120].decode("utf-8", "replace").strip()
+    return f"HTTP {response.status_code}" + (f": {text}" if text else "")
+
+
 def _read_whole(response: Any, record: dict[str, Any], started: float) -> tuple[str, bool]:
     """A non-streamed answer (or an error body); the text, and ``True`` (nothing to end)."""
-    payload = response.json() if response.content else {}
     if response.status_code != 200:
-        error = payload.get("error") if isinstance(payload, dict) else None
-        message = error.get("message") if isinstance(error, dict) else error
-        record["error"] = str(message or f"HTTP {response.status_code}")
+        record["error"] = _error_of(response)
+        return "", True
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        record["error"] = f"malformed answer: no choices in {response.content[:80]!r}"
         return "", True
     record["ttft"] = time.perf_counter() - started
-    choice = (payload.get("choices") or [{}])[0]
+    choice = choices[0]
     record["finish_reason"] = choice.get("finish_reason")
-    record["tokens"] = (payload.get("usage") or {}).get("completion_tokens", 0)
-    return str((choice.get("message") or {}).get("content") or ""), True
+    usage = payload.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    record["tokens"] = tokens if isinstance(tokens, int) else 0
+    message = choice.get("message")
+    return str((message.get("content") if isinstance(message, dict) else None) or ""), True
 
 
 def _judge_complete(record: dict[str, Any], done: bool) -> None:
@@ -261,8 +351,8 @@ class DrillShape(LoadTestShape):
         shape = CONFIG["shape"]
         users, rate = CONFIG["users"], CONFIG["spawn_rate"]
         elapsed: float = self.get_run_time()  # type: ignore[no-untyped-call]
-        if elapsed > CONFIG["run_time"]:
-            return None  # the drill's runner stops the load long before; this is a backstop
+        if STOPPING.is_set() or elapsed > CONFIG["run_time"]:
+            return None  # SIGTERM, or the backstop: the runner stops the load long before
         if shape["kind"] == "step":
             steps = int(elapsed // shape["every"])
             return min(users, shape["start"] + steps * shape["step"]), rate

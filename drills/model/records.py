@@ -55,7 +55,13 @@ class Record(BaseModel):
     agent_status: str | None = None
     context_ids: list[str | None] | None = None
     phase: str | None = None
-    """The phase the request counts in (set by the runner: by its start time)."""
+    """The phase the request counts in (``drills.model.windows``: the one it was sent in,
+    unless it met a fault it was not sent under, which then takes it)."""
+    counted_at: float | None = None
+    """The epoch time the request counts at in windows: its ``start``, or when it met a fault."""
+    straddles: str | None = None
+    """Why the request ends outside the window it counts in (sent before a fault and in flight
+    when it was applied, answered after its phase ended); ``None``: it does not."""
     attempts: int | None = None
     """Model calls of this request that reached the harness's L7 hop, matched by trace id
     (set by the runner; ``None``: the gateway does not pass ``traceparent`` on, or no hop)."""
