@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from drills import __version__
 from drills.common.errors import (
     EXIT_FAILED,
+    EXIT_FAULT_LEFT,
     EXIT_USAGE,
     ConfigError,
     DrillsError,
@@ -617,6 +618,10 @@ def _run_drill(args: argparse.Namespace) -> int:
         print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
     print(f"verdict: {journal.verdict}")
     print(f"report: {Path(journal.run_dir) / 'index.html'}")
+    if journal.rollbacks.failed:
+        for line in journal.rollbacks.failed:
+            print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
+        return EXIT_FAULT_LEFT
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
 
 

@@ -31,6 +31,7 @@ from typing import IO, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drills.common.errors import ConfigError, KillSwitch, SafetyViolation
+from drills.common.jsonl import read_jsonl
 from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
@@ -467,13 +468,7 @@ class GameDay:
         return journal.verdict
 
     def _notes(self) -> list[dict[str, Any]]:
-        notes = []
-        for line in self.notes_path.read_text().splitlines():
-            try:
-                notes.append(json.loads(line))
-            except ValueError:
-                continue
-        return notes
+        return read_jsonl(self.notes_path)
 
     def _coverage(self) -> list[dict[str, Any]]:
         """Each runbook the day's drills and checkpoints link to, step by step: exercised (a

@@ -52,6 +52,13 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
     if journal.rollbacks.failed:
         lines += ["", "Faults that could not be reverted:"]
         lines += [f"- {_cell(e)}" for e in journal.rollbacks.failed]
+    for action in journal.rollbacks.watchdog:
+        done = "reverted" if action.get("event") == "reverted" else "could not revert"
+        lines += [
+            "",
+            f"The run's watchdog {done} {action.get('kind')} on {action.get('target')}: "
+            f"{_cell(str(action.get('why')))}.",
+        ]
     if journal.rollbacks.swept:
         lines += [
             "",

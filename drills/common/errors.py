@@ -53,6 +53,8 @@ __all__ = [
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_FAULT_LEFT = 3
+"""A drill ended with a fault it could not revert: the stack is not as it was."""
 
 
 class DrillsError(Exception):

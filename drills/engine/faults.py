@@ -1,9 +1,11 @@
 """The fault lifecycle of one run: apply with a ledger entry first, revert whatever happens.
 
 ``FaultLifecycle.apply`` writes the fault's ledger entry before touching anything (a crash in
-between leaves an entry the next sweep reverts) and records the evidence; ``revert`` never
-raises: whatever a revert raises, it is recorded on the fault and in ``revert_errors``, the
-ledger entry is kept for the next sweep, and the caller's other reverts and the journal go on.
+between leaves an entry the next sweep reverts) and records the evidence; ``revert`` tries the
+injector's revert a bounded number of times with exponential backoff (tenacity: ``RETRY``),
+each attempt in the journal, and never raises: whatever the last attempt raised is recorded on
+the fault and in ``revert_errors``, the ledger entry is kept for the next sweep (or the
+watchdog, or ``drills abort``), and the caller's other reverts and the journal go on.
 """
 
 from __future__ import annotations
@@ -15,14 +17,38 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
+
 from drills.common.errors import RevertError
 from drills.engine.ledger import Ledger
 from drills.model.journal import FaultRecord
 from injectors import Injector
 
-__all__ = ["FaultLifecycle", "FaultRun", "parallel"]
+__all__ = ["RETRY", "FaultLifecycle", "FaultRun", "RevertRetry", "parallel"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RevertRetry:
+    """How often and how long one revert is tried: ``attempts`` at most, waiting ``initial``
+    seconds after the first failure and doubling up to ``longest``, for ``budget`` seconds at
+    most in all (a revert that hangs is bounded by its own client timeout)."""
+
+    attempts: int = 4
+    initial: float = 0.5
+    longest: float = 4.0
+    budget: float = 20.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.budget),
+            wait=wait_exponential(multiplier=self.initial, max=self.longest),
+            reraise=True,
+        )
+
+
+RETRY = RevertRetry()
 
 EventSink = Callable[..., None]
 """``sink(event, **detail)``: where the lifecycle reports what it did (the run's timeline)."""
@@ -47,8 +73,8 @@ class FaultRun:
     preflight: dict[str, Any] | None = None
     """What the injector said it would hit, read before anything was applied."""
     error: str | None = None
-    revert_attempts: int = 0
-    """Reverts that failed (one at the window's end, one more on the way out of the run)."""
+    revert_attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Every attempt at reverting it: ``attempt``, ``at``, and ``error`` (``None``: it worked)."""
 
     def record(self) -> FaultRecord:
         """What the journal keeps of it."""
@@ -67,6 +93,7 @@ class FaultRun:
             after=self.after,
             preflight=self.preflight,
             error=self.error,
+            revert_attempts=self.revert_attempts,
         )
 
 
@@ -79,6 +106,10 @@ class FaultLifecycle:
     run_id: str
     ledger: Ledger
     event: EventSink = _silent
+    retry: RevertRetry = RETRY
+    grace: float = 30.0
+    """Seconds past its scheduled end a fault may stay in force before the run's watchdog
+    reverts it, its runner alive or not (the ledger entry's ``deadline``)."""
     failed: dict[int, str] = field(default_factory=dict)
     """The faults whose last revert failed, by index: ``KIND on TARGET: error``."""
 
@@ -93,7 +124,9 @@ class FaultLifecycle:
     def apply(self, fault: FaultRun) -> None:
         """Apply ``fault``; raise what the injector raised (the drill cannot go on)."""
         key = self._key(fault)
-        self.ledger.record(key, fault.injector.ledger_entry())
+        ends = time.time() + (fault.end - fault.offset)
+        schedule = {"scheduled_end_at": ends, "deadline": ends + self.grace}
+        self.ledger.record(key, {**fault.injector.ledger_entry(), **schedule})
         try:
             fault.evidence = fault.injector.apply()
             fault.applied_at = fault.evidence.get("applied_at", time.time())
@@ -108,7 +141,7 @@ class FaultLifecycle:
             )
             raise
         finally:
-            self.ledger.record(key, fault.injector.ledger_entry())
+            self.ledger.record(key, {**fault.injector.ledger_entry(), **schedule})
         self.event(
             "fault_applied",
             fault=fault.index,
@@ -121,19 +154,17 @@ class FaultLifecycle:
         if fault.reverted_at is not None or (fault.applied_at is None and fault.error is None):
             return
         try:
-            fault.revert = fault.injector.revert()
-            fault.reverted_at = fault.revert.get("finished_at", time.time())
+            for attempt in self.retry.retrying():
+                with attempt:
+                    self._attempt(fault)
         except Exception as exc:
-            # Whatever one revert raises (a RevertError by contract, anything by accident), the
-            # other faults' reverts and the journal still run: this is an exit-stack callback.
-            # The ledger entry stays, so the next run's sweep (or `drills abort`) retries it.
-            what = str(exc) if isinstance(exc, RevertError) else f"{type(exc).__name__}: {exc}"
+            # Whatever the last attempt raised (a RevertError by contract, anything by
+            # accident), the other faults' reverts and the journal still run: this is an
+            # exit-stack callback. The ledger entry stays, so the watchdog, the next run's
+            # sweep or `drills abort` tries again.
+            what = _what(exc)
             fault.error = f"revert failed: {what}"
-            fault.revert_attempts += 1
             self.failed[fault.index] = f"{fault.injector.kind} on {fault.injector.target}: {what}"
-            self.event(
-                "revert_failed", fault=fault.index, attempt=fault.revert_attempts, error=what
-            )
             return
         self.failed.pop(fault.index, None)
         self.ledger.forget(self._key(fault))
@@ -144,6 +175,23 @@ class FaultLifecycle:
             target=fault.injector.target,
             method=(fault.revert or {}).get("method"),
         )
+
+    def _attempt(self, fault: FaultRun) -> None:
+        """One try at reverting ``fault``, written down whatever it gives."""
+        number = len(fault.revert_attempts) + 1
+        try:
+            fault.revert = fault.injector.revert()
+        except Exception as exc:
+            what = _what(exc)
+            fault.revert_attempts.append({"attempt": number, "at": time.time(), "error": what})
+            self.event("revert_failed", fault=fault.index, attempt=number, error=what)
+            raise
+        fault.revert_attempts.append({"attempt": number, "at": time.time(), "error": None})
+        fault.reverted_at = fault.revert.get("finished_at", time.time())
+
+
+def _what(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, RevertError) else f"{type(exc).__name__}: {exc}"
 
 
 def parallel(action: Callable[[FaultRun], None], faults: list[FaultRun]) -> list[Exception | None]:

@@ -47,6 +47,7 @@ from drills.engine.safety import (
     load_policy,
     register_run,
 )
+from drills.engine.watchdog import Watchdog
 from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
@@ -253,6 +254,7 @@ class Runner:
         self.policy = options.safety or SafetyPolicy()
         self.retrieval_status: dict[str, Any] | None = None
         self._hop_since = 0
+        self._watchdog_actions: list[dict[str, Any]] = []
 
     @property
     def revert_errors(self) -> list[str]:
@@ -335,12 +337,23 @@ class Runner:
                     f"{item['target']} ({item.get('method')})",
                     "swept",
                 )
-            self.lifecycle = FaultLifecycle(self.run_id, ledger, self._event)
+            self.lifecycle = FaultLifecycle(
+                self.run_id, ledger, self._event, grace=self.policy.fault_grace
+            )
             load, prober, reader = self._instruments(run_dir, endpoints, state_dir)
             if endpoints.hop is not None:
                 with HopClient(endpoints.hop) as hop:
                     self._hop_since = hop.next_seq()  # this run's records begin here
-            outcome = self._walk(faults, self.lifecycle, load, prober, reader, abort_path)
+            # The dead-man's switch: reverts this run's faults if the runner dies or hangs.
+            watchdog = Watchdog.start(self.run_id, ledger.path, run_dir)
+            try:
+                outcome = self._walk(faults, self.lifecycle, load, prober, reader, abort_path)
+            finally:
+                watchdog.stop()
+            self._watchdog_actions = [a for a in watchdog.actions() if "key" in a]
+            for action in self._watchdog_actions:
+                detail = {k: v for k, v in action.items() if k != "event"}
+                self._event(f"watchdog_{action['event']}", **detail)
         finally:
             shared.close()
         self._observe(faults)
@@ -474,7 +487,9 @@ class Runner:
         ev = self._evaluation(endpoints, state_dir, faults, prober, outcome)
         results = evaluate(ev)
         status = outcome.status
-        if status is RunStatus.COMPLETED and self.revert_errors:
+        if status is RunStatus.COMPLETED and (self.revert_errors or self._watchdog_actions):
+            # A fault not reverted, or reverted by the watchdog because the run was stuck
+            # past its schedule: the run did not keep its own timeline.
             status = RunStatus.FAILED
         scenario = self.scenario
         journal = Journal(
@@ -495,7 +510,9 @@ class Runner:
             timeline=[TimelineEvent.model_validate(e) for e in self.timeline],
             faults=ev.faults,
             aborted=outcome.abort,
-            rollbacks=Rollbacks(failed=list(self.revert_errors), swept=swept),
+            rollbacks=Rollbacks(
+                failed=list(self.revert_errors), swept=swept, watchdog=self._watchdog_actions
+            ),
             records=ev.records,
             hop_records=ev.hop_records or [],
             probes=ev.probes,

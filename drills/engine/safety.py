@@ -73,6 +73,9 @@ class SafetyPolicy(BaseModel):
     """Distinct hops one drill may fault."""
     max_fault_duration: Duration = 600.0
     max_drill_duration: Duration = 3600.0
+    fault_grace: Duration = 30.0
+    """How long past its scheduled end a fault may stay in force before the run's watchdog
+    reverts it, even while its runner lives (a runner stuck in a hung call)."""
     max_users: int = Field(default=32, ge=1)
     max_pods: int = Field(default=10, ge=0)
     """Pods one Kubernetes fault may delete."""

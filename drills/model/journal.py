@@ -112,6 +112,9 @@ class FaultRecord(_Model):
     """What the injector observed after the run (a killed target's replacement)."""
     preflight: dict[str, Any] | None = None
     error: str | None = None
+    revert_attempts: list[dict[str, Any]] = Field(default_factory=list)
+    """Every attempt at reverting it (``attempt``, ``at``, ``error``: ``None`` when it worked);
+    a revert is retried with backoff a bounded number of times."""
 
 
 class Sample(_Model):
@@ -157,6 +160,9 @@ class Rollbacks(_Model):
     """One line per fault whose revert failed (its ledger entry was kept for the next sweep)."""
     swept: list[dict[str, Any]] = Field(default_factory=list)
     """Faults left by an earlier run, removed before this one started."""
+    watchdog: list[dict[str, Any]] = Field(default_factory=list)
+    """What the run's watchdog reverted (or tried to) while the runner lived: a fault that
+    outlived its scheduled end by more than the grace period (``drills.engine.watchdog``)."""
 
 
 class Journal(_Model):
