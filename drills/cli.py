@@ -169,8 +169,12 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--min-recall", type=float, default=0.8, help="exit 1 below this recall")
     probe.add_argument("--json", action="store_true")
 
-    val = commands.add_parser("validate", help="check scenario files; touches nothing")
-    val.add_argument("scenarios", type=Path, nargs="+")
+    val = commands.add_parser(
+        "validate",
+        help="check files of ours (drills, game-day plans and answers, stack profiles, safety "
+        "policies, recall queries), each recognised by its keys; touches nothing",
+    )
+    val.add_argument("files", type=Path, nargs="+")
 
     rep = commands.add_parser("report", help="re-render the reports of a run from its journal")
     rep.add_argument("run_dir", type=Path)
@@ -281,12 +285,14 @@ def _stack(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from drills.engine.runner import validate_only
+    from drills.validate import validate_files
 
-    problems = validate_only(args.scenarios)
+    valid, problems = validate_files(args.files)
+    for path, kind in valid:
+        print(f"{path}: valid {kind}")
     if problems:
         raise ConfigError(problems)
-    print(f"{len(args.scenarios)} scenario file(s) valid")
+    print(f"{len(valid)} file(s) valid")
     return EXIT_OK
 
 

@@ -168,7 +168,9 @@ class Answer:
         return self.answer is not None and self.answer.lower() not in ("no", "n")
 
 
-class _Answers(BaseModel):
+class AnswersFile(BaseModel):
+    """A rehearsal's pre-answered checkpoints (``--answers FILE``)."""
+
     model_config = ConfigDict(extra="forbid")
     answers: dict[str, str | bool | dict[str, str]]
 
@@ -176,7 +178,7 @@ class _Answers(BaseModel):
 def load_answers(path: Path, plan: Plan) -> dict[str, Answer]:
     """Pre-answered checkpoints for a rehearsal: ``answers: {ID: yes | TEXT | {answer, by}}``."""
     doc = load_yaml(path)
-    parsed = parse_model(_Answers, doc)
+    parsed = parse_model(AnswersFile, doc)
     ids = [s.checkpoint.id for s in plan.steps if s.checkpoint is not None]
     out, problems = {}, []
     for key, value in parsed.answers.items():

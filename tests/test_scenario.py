@@ -318,3 +318,65 @@ def test_a_scenario_dumps_every_field_of_its_faults() -> None:
         data = scenario.model_dump(mode="json", by_alias=True)
     fault = data["phases"][1]["inject"][0]
     assert fault["kind"] == "toxiproxy.latency" and fault["latency"] == "3s"
+
+
+def test_validate_takes_every_shipped_file_of_ours_whatever_its_kind() -> None:
+    """`drills validate scenarios/*.yaml` as the README shows it: drills, the game-day plan and
+    its answers, recall queries and the stack profiles all pass, each named by its kind."""
+    files = sorted(
+        [
+            *(ROOT / "scenarios").glob("*.yaml"),
+            *(ROOT / "scenarios").glob("*/*.yaml"),
+            *(ROOT / "stack" / "profiles").glob("*.yaml"),
+        ]
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "drills.cli", "validate", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = dict(line.rsplit(": valid ", 1) for line in result.stdout.splitlines()[:-1])
+    assert kinds[str(ROOT / "scenarios" / "gameday-quarterly.yaml")] == "game-day plan"
+    assert kinds[str(ROOT / "scenarios" / "gameday-rehearsal.yaml")] == "game-day answers"
+    assert kinds[str(ROOT / "scenarios" / "inference-latency.yaml")] == "drill"
+    assert kinds[str(ROOT / "scenarios" / "retrieval" / "standard-queries.yaml")] == (
+        "recall queries"
+    )
+    assert kinds[str(ROOT / "stack" / "profiles" / "sound.yaml")] == "stack profile"
+    assert result.stdout.splitlines()[-1] == f"{len(files)} file(s) valid"
+
+
+def test_validate_names_a_file_of_no_kind_and_the_kinds_there_are(tmp_path: Path) -> None:
+    policy = tmp_path / "drills-safety.yaml"
+    policy.write_text("allowed_hosts: [127.0.0.1]\nmax_users: 4\n")
+    bad_policy = tmp_path / "bad-policy.yaml"
+    bad_policy.write_text("allowed_hosts: [127.0.0.1]\nmax_users: -1\n")
+    stranger = tmp_path / "compose.yaml"
+    stranger.write_text("services:\n  web: {image: nginx}\n")
+    both = tmp_path / "both.yaml"
+    both.write_text("drill: x\ngameday: y\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "drills.cli",
+            "validate",
+            *map(str, (policy, bad_policy, stranger, both)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{policy}: valid safety policy" in result.stdout
+    assert f"{bad_policy}:2 max_users:" in result.stderr
+    assert (
+        f"{stranger}:1 this file is none of the files drills reads (top-level keys: services); "
+        "a drill has `drill:` at the top; a game-day plan has `gameday:` at the top"
+    ) in result.stderr
+    assert (
+        f"{both}:1 this file is more than one kind at once (drill, game-day plan)" in result.stderr
+    )
+    assert "Traceback" not in result.stderr

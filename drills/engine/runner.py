@@ -801,16 +801,3 @@ class Runner:
                     "for": condition.for_,
                 }
         return None
-
-
-def validate_only(paths: list[Path]) -> list[str]:
-    """Problems of each scenario file (empty when all are valid); touches nothing."""
-    from drills.model.scenario import load_scenario
-
-    problems: list[str] = []
-    for path in paths:
-        try:
-            load_scenario(path)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    return problems
