@@ -9,6 +9,10 @@
 # outside the checkout, keyed by version.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The command runs where the caller stands (relative scenario, --safety, ./drills-safety.yaml
+# and runs/ paths are theirs); only the set-up below, and the project's own tools, run in the
+# repository.
+caller=$PWD
 cd "$root"
 python=${DRILLS_PYTHON:-python3}
 stamp=.venv/.drills-installed
@@ -36,4 +40,8 @@ fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
 [ $# -gt 0 ] || set -- drills --help
+case "$1" in
+  pytest | ruff | mypy | lint-imports) ;;  # the project's tools: from the repository root
+  *) cd "$caller" ;;
+esac
 exec "$root/.venv/bin/$1" "${@:2}"

@@ -4,6 +4,7 @@ the kill switch (`drills abort`) that makes a running drill revert everything an
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -125,6 +126,42 @@ def test_dry_run_prints_the_plan_and_contacts_nothing(tmp_path: Path) -> None:
     )
     assert tight.returncode == 2 and "REFUSED" in tight.stdout
     assert "max_faults_at_once is 1" in tight.stdout
+
+
+def test_the_wrapper_resolves_relative_paths_and_the_policy_from_where_the_caller_stands(
+    tmp_path: Path,
+) -> None:
+    """`bash stack/bootstrap.sh drills ...` from another folder: the scenario, `--out` and the
+    `./drills-safety.yaml` there are the caller's, not the repository's. (The policy one is a
+    safety matter: a tighter policy in the user's folder must not be ignored.)"""
+    here = tmp_path / "team"
+    here.mkdir()
+    shutil.copy(SHIPPED, here / "latency.yaml")
+    for folder in ("prompts", "runbooks"):
+        shutil.copytree(SHIPPED.parent / folder, here / folder)
+    (here / "drills-safety.yaml").write_text("max_faults_at_once: 1\n")
+    wrapper = ["bash", str(ROOT / "stack" / "bootstrap.sh")]
+    tight = subprocess.run(
+        [*wrapper, "drills", "run", "latency.yaml", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=here,
+        timeout=300,
+    )
+    assert tight.returncode == 2, tight.stdout + tight.stderr
+    assert "safety (drills-safety.yaml): REFUSED" in tight.stdout, tight.stdout
+    valid = subprocess.run(
+        [*wrapper, "drills", "validate", "latency.yaml", "drills-safety.yaml"],
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=here,
+        timeout=300,
+    )
+    assert valid.returncode == 0, valid.stderr
+    assert "latency.yaml: valid drill" in valid.stdout
+    assert "drills-safety.yaml: valid safety policy" in valid.stdout
 
 
 @pytest.mark.stack
