@@ -9,8 +9,8 @@ vllm-1 and one on backup at once) with its own ledger and state folder, and kill
   before     0.3-3 s after the start, before the first fault
   during     0.2-4 s into the first fault
   between    in the gap after the first fault was reverted, before the second
-  revert     the moment the first of the second phase's two toxics is gone (the two are reverted
-             at once, so the other is often gone too, while their ledger entries are not)
+  revert     around the second phase's scheduled end (-120 ms to +20 ms from 5 s after its two
+             toxics were seen to land): before, during or just after the two reverts
 
 Then it waits 10 s and reads back: toxics on the stack's proxies (goal 0), ledger entries
 (goal 0), the run's Locust and watchdog processes still alive (goal 0). The watchdog's time is
@@ -121,8 +121,11 @@ def one_round(moment: str, drill: Path, api: str, folder: Path) -> dict[str, Any
     else:
         wait_for(lambda: toxics(api) >= 1, 30)
         wait_for(lambda: toxics(api) == 0, 30)
-        wait_for(lambda: toxics(api) >= 2, 30)
-        wait_for(lambda: toxics(api) < 2, 30, step=0.002)
+        wait_for(lambda: toxics(api) >= 2, 30, step=0.002)
+        # The second phase's faults end 5 s after they land: kill around that instant, so
+        # that some kills fall before the reverts, some between a toxic's removal and its
+        # ledger entry's, some after.
+        time.sleep(5.0 + random.uniform(-0.12, 0.02))
     killed_at = time.time()
     in_force = toxics(api)
     ledger = folder / "ledger.json"
@@ -153,6 +156,7 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=default_state_dir())
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--moments", nargs="+", choices=MOMENTS, default=list(MOMENTS))
     args = parser.parse_args()
     random.seed(args.seed)
     config = load_stack_config(args.state_dir / "stack.yaml")
@@ -171,7 +175,7 @@ def main() -> None:
             )
         )
         for i in range(args.rounds):
-            moment = MOMENTS[i % len(MOMENTS)]
+            moment = args.moments[i % len(args.moments)]
             folder = Path(tmp) / f"round-{i}"
             folder.mkdir()
             row = one_round(moment, drill, api, folder)
@@ -185,7 +189,7 @@ def main() -> None:
                     check=False,
                 )
     times = [r["watchdog_s"] for r in rows if r["watchdog_s"] is not None]
-    counts = ", ".join(f"{m} {sum(r['moment'] == m for r in rows)}" for m in MOMENTS)
+    counts = ", ".join(f"{m} {sum(r['moment'] == m for r in rows)}" for m in args.moments)
     print(f"rounds: {len(rows)} ({counts})")
     print(f"with a fault in force at the kill: {sum(r['in_force_at_kill'] > 0 for r in rows)}")
     print(f"with a ledger entry at the kill: {sum(r['ledger_at_kill'] > 0 for r in rows)}")

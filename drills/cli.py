@@ -79,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("runs"), help="where runs go (default: runs/)"
     )
     run.add_argument("--state-dir", type=Path, help=state_help)
+    lifecycle = run.add_mutually_exclusive_group()
+    lifecycle.add_argument(
+        "--keep-stack",
+        action="store_true",
+        help="leave the profile's stack up as yours: no later run replaces it for another "
+        "profile (by default a stack a run brought up stays up, and a later run that needs "
+        "another profile replaces it while no other run uses it)",
+    )
+    lifecycle.add_argument(
+        "--stop-stack", action="store_true", help="stop the profile's stack after the drill"
+    )
     _safety_args(run)
     run.add_argument(
         "--dry-run",
@@ -444,6 +455,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         on_event=_print_for_people,
         safety=load_policy(args.safety),
         stack_config=args.stack_config,
+        keep_stack=getattr(args, "keep_stack", False),
     )
 
 
@@ -624,11 +636,33 @@ def _run_drill(args: argparse.Namespace) -> int:
         print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
     print(f"verdict: {journal.verdict}")
     print(f"report: {Path(journal.run_dir) / 'index.html'}")
+    if journal.stack.profile:
+        _after_the_drill(journal.stack.profile, args)
     if journal.rollbacks.failed:
         for line in journal.rollbacks.failed:
             print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
         return EXIT_FAULT_LEFT
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+
+
+def _after_the_drill(profile: str, args: argparse.Namespace) -> None:
+    """Say what became of the profile's stack (on stderr: the report's path stays the last
+    line of stdout), or stop it (``--stop-stack``)."""
+    from stack import control
+
+    if args.stop_stack:
+        control.down(args.state_dir)
+        print(f"stack {profile!r}: stopped (--stop-stack)", file=sys.stderr)
+        return
+    whose = (
+        "yours: no run replaces it"
+        if control.owner(args.state_dir) == "user"
+        else "a later drill of another profile replaces it while idle"
+    )
+    print(
+        f"stack {profile!r} is still up ({whose}); `drills stack down` stops it",
+        file=sys.stderr,
+    )
 
 
 def _schema(what: str) -> dict[str, object]:

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,10 +267,35 @@ def _startup_failure(current: StackStatus, why: str) -> str:
     return "\n".join(lines)
 
 
-def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackStatus:
-    """Bring the stack up (or find it up) and return its status once every part is healthy."""
-    # Long on purpose: Bring-up in order (find a running stack, refuse another profile, start the
-    # supervisor, wait for health), each step with its own message to the user.
+OWNER_FILE = "owner"
+"""Who brought the stack up: ``user`` (``drills stack up``, or a run with ``--keep-stack``) or
+``run`` (a drill that needed it). A run may replace an idle stack a run started; never one of
+the user's."""
+
+
+def owner(state_dir: Path | None = None) -> str:
+    """``user`` or ``run``: who brought the stack in ``state_dir`` up (``user`` if unknown)."""
+    path = (state_dir or default_state_dir()) / OWNER_FILE
+    try:
+        return "run" if path.read_text().strip() == "run" else "user"
+    except OSError:
+        return "user"
+
+
+def up(
+    profile: str | Path = "sound",
+    state_dir: Path | None = None,
+    *,
+    by: str = "user",
+    idle: Callable[[], bool] | None = None,
+) -> StackStatus:
+    """Bring the stack up (or find it up) and return its status once every part is healthy.
+
+    ``by`` says who asks (``user`` or ``run``). Another profile's stack already running is
+    replaced only when a run asks, a run started it, and ``idle()`` says no other run uses it;
+    else the request is refused with the one command to type."""
+    # Long on purpose: Bring-up in order (find a running stack, refuse or replace another
+    # profile, start the supervisor, wait for health), each step with its own message.
     state_dir = state_dir or default_state_dir()
     source = profile_path(str(profile))
     config = load_stack_config(source)
@@ -280,11 +306,31 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
         running_copy = state_dir / "stack.yaml"
         if running_copy.exists() and running_copy.read_text() == source.read_text():
             logger.info("stack %r is already running; checking its health", config.name)
+            if by == "user":
+                (state_dir / OWNER_FILE).write_text("user\n")  # now the user's: left alone
             return _wait_healthy(state_dir, None, config.engine.startup_timeout)
-        raise StackError(
-            f"a stack ({state.stack_name!r}) is already running from state directory {state_dir} "
-            f"with a different config; run `drills stack down` first"
-        )
+        mine = owner(state_dir) == "run"
+        if by == "run" and mine and idle is not None and idle():
+            logger.warning(
+                "stopping the idle stack %r an earlier drill started, to start %r",
+                state.stack_name,
+                config.name,
+            )
+            down(state_dir)
+            state = read_state(state_dir)
+        else:
+            why = (
+                "it was brought up with `drills stack up`"
+                if not mine
+                else "another run is using it"
+                if by == "run"
+                else "it is running"
+            )
+            raise StackError(
+                f"a stack ({state.stack_name!r}) is already running from state directory "
+                f"{state_dir} with a different config, and {why}; to use {config.name!r}, "
+                "run `drills stack down` first"
+            )
     if state is not None:
         _sweep(state, state_dir)
     busy = [f"{field}={port}" for field, port in _ports(config) if _port_in_use(config.host, port)]
@@ -304,6 +350,7 @@ def up(profile: str | Path = "sound", state_dir: Path | None = None) -> StackSta
     for stale in ("state.json", "events.jsonl"):
         (state_dir / stale).unlink(missing_ok=True)
     shutil.copyfile(source, state_dir / "stack.yaml")
+    (state_dir / OWNER_FILE).write_text(f"{'run' if by == 'run' else 'user'}\n")
     env = dict(os.environ)
     # The supervisor must import this checkout's packages even when not installed.
     root = str(Path(__file__).resolve().parent.parent)

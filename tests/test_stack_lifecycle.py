@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from drills.common.errors import StackError
+from drills.common.system import pid_alive
 from stack import control
 from stack.state import read_events, read_state
 from tests.conftest import RunningStack, relocated_profile
@@ -188,3 +189,33 @@ def test_supervisor_restarts_a_killed_component_with_backoff_and_records_it(
     table = cli("stack", "status", "--json", "--state-dir", str(stack.state_dir))
     gateway = next(c for c in json.loads(table.stdout)["components"] if c["name"] == "gateway")
     assert gateway["restarts"] == 2 and gateway["last_exit"] == "killed by signal SIGKILL"
+
+
+def test_a_run_replaces_the_idle_stack_a_run_started_but_never_the_users(tmp_path: Path) -> None:
+    """Two single-replica stacks on free ports, one after the other in one state folder: the
+    second profile replaces the first only when a run asks, a run started the first, and no
+    other run uses it; otherwise it is refused with the one command to type."""
+    state = tmp_path / "state"
+    first = relocated_profile("unsound-single", tmp_path / "first.yaml")
+    second = relocated_profile("unsound-single", tmp_path / "second.yaml")
+    try:
+        control.up(first, state, by="run")
+        assert control.owner(state) == "run"
+        before = read_state(state)
+        assert before is not None
+        with pytest.raises(StackError, match=r"another run is using it; .*`drills stack down`"):
+            control.up(second, state, by="run", idle=lambda: False)
+        with pytest.raises(StackError, match=r"it is running; .*`drills stack down` first"):
+            control.up(second, state)  # `drills stack up` of another profile: never replaces
+        control.up(second, state, by="run", idle=lambda: True)
+        after = read_state(state)
+        assert after is not None and after.supervisor_pid != before.supervisor_pid
+        assert not pid_alive(before.supervisor_pid)
+        assert (state / "stack.yaml").read_text() == second.read_text()
+        # Brought up by the user (`drills stack up` of the same profile): now the user's.
+        control.up(second, state)
+        assert control.owner(state) == "user"
+        with pytest.raises(StackError, match="brought up with `drills stack up`"):
+            control.up(first, state, by="run", idle=lambda: True)
+    finally:
+        control.down(state)

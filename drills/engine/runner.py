@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import secrets
 import signal
 import time
@@ -41,6 +42,7 @@ from drills.engine.ledger import Ledger
 from drills.engine.safety import (
     SafetyPolicy,
     abort_request,
+    active_runs,
     check_scenario,
     fault_windows,
     kubernetes_scope,
@@ -122,6 +124,9 @@ class RunOptions:
     """The safety policy; ``None`` loads it from its usual places (see ``drills.engine.safety``)."""
     stack_config: str | None = None
     """The attached stack's config file, for ``stack_lint`` (a profile's is known already)."""
+    keep_stack: bool = False
+    """The profile's stack, if this run brings it up, is the user's: no later run replaces it
+    for another profile (``--keep-stack``)."""
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
@@ -159,7 +164,9 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     from stack import control
 
     profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
-    status = control.up(profile, options.state_dir)
+    status = control.up(
+        profile, options.state_dir, by="user" if options.keep_stack else "run", idle=_no_other_run
+    )
     comps = {c.name: c for c in status.components}
     metrics = {
         "gateway": f"{comps['gateway'].endpoint}/metrics",
@@ -178,6 +185,11 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         [c.as_json() for c in status.components],
         hop=comps["hop"].endpoint if "hop" in comps else None,
     )
+
+
+def _no_other_run() -> bool:
+    """No drill or game day of another process is running on this machine."""
+    return all(int(r["pid"]) == os.getpid() for r in active_runs())
 
 
 def _l7_hops(endpoints: StackEndpoints) -> list[str]:
