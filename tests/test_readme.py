@@ -1,0 +1,140 @@
+"""The README as tested documentation: its drill snippets validate, its attach snippet loads,
+every `drills` command in it parses with the real argument parser, the cheap ones (validate,
+lint, schema, --dry-run, --help) run, and its sample output has the format the CLI prints.
+Touches nothing: no stack, no network beyond what a dry run reads (nothing)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from drills.cli import _parser
+from drills.model.scenario import load_scenario
+from tests.conftest import isolated_env
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BLOCKS = [
+    (README[: m.start()].count("\n") + 2, m.group(1), m.group(2))
+    for m in re.finditer(r"```(\w+)\n(.*?)```", README, re.S)
+]
+PREFIXES = ("bash stack/bootstrap.sh drills ", ".venv/bin/drills ", "drills ")
+CHEAP = ("validate", "lint", "schema", "--help")
+
+
+def _yaml_blocks() -> list[tuple[int, Any]]:
+    return [(line, yaml.safe_load(body)) for line, lang, body in BLOCKS if lang == "yaml"]
+
+
+def _commands() -> list[tuple[int, list[str]]]:
+    """Every `drills` invocation in the README's shell blocks and its CI job, as argv."""
+    found = []
+    for line, lang, body in BLOCKS:
+        if lang not in ("bash", "yaml"):
+            continue
+        for offset, text in enumerate(body.splitlines()):
+            text = text.strip().removeprefix("- ")
+            text = re.split(r"\s+#|\s*(?:>|&&|\|)\s", text)[0].strip()
+            prefix = next((p for p in PREFIXES if text.startswith(p)), None)
+            if prefix is not None:
+                found.append((line + offset, shlex.split(text[len(prefix) :])))
+    # And the ones in the prose, except those written as a pattern (`drills gate|gameday`,
+    # `drills abort [RUN_ID]`, `drills gate PATH...`).
+    for match in re.finditer(r"`drills ([^`]+)`", README):
+        text = match.group(1)
+        if " " in text and not re.search(r"[|\[]|\.\.\.", text):  # a name alone is no command
+            found.append((README[: match.start()].count("\n") + 1, shlex.split(text)))
+    return found
+
+
+def _expanded(argv: list[str]) -> list[str] | None:
+    """``argv`` with its globs expanded from the repository root; ``None`` when it holds a
+    placeholder (``DRILL.yaml``, ``STACK_CONFIG``) and so cannot be run as written."""
+    out: list[str] = []
+    for arg in argv:
+        if re.search(r"[A-Z]{3,}", arg) and not arg.startswith("-"):
+            return None
+        out.extend(
+            sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(arg)) if "*" in arg else [arg]
+        )
+    return out
+
+
+def test_the_readme_has_the_drill_snippet_and_commands_these_tests_read() -> None:
+    assert any(isinstance(d, dict) and "drill" in d for _, d in _yaml_blocks())
+    assert len(_commands()) >= 15
+
+
+def test_every_drill_snippet_validates_beside_the_shipped_scenarios(tmp_path: Path) -> None:
+    scenarios = tmp_path / "scenarios"
+    shutil.copytree(ROOT / "scenarios", scenarios)
+    snippets = [(line, d) for line, d in _yaml_blocks() if isinstance(d, dict) and "drill" in d]
+    for line, data in snippets:
+        path = scenarios / f"readme-{line}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        load_scenario(path)  # raises, naming the field, if the README's snippet is wrong
+
+
+def test_the_attach_snippet_is_a_valid_stack_section(tmp_path: Path) -> None:
+    attach = [d for _, d in _yaml_blocks() if isinstance(d, dict) and set(d) == {"stack"}]
+    assert attach, "the README's attach snippet is gone"
+    reference = yaml.safe_load((ROOT / "scenarios" / "inference-latency.yaml").read_text())
+    scenarios = tmp_path / "scenarios"
+    shutil.copytree(ROOT / "scenarios", scenarios)
+    for data in attach:
+        path = scenarios / "attached.yaml"
+        path.write_text(yaml.safe_dump({**reference, **data}))
+        scenario, _ = load_scenario(path)
+        assert scenario.stack.gateway and scenario.stack.toxiproxy  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("line", "argv"), _commands(), ids=lambda v: str(v))
+def test_every_drills_command_in_the_readme_parses(line: int, argv: list[str]) -> None:
+    parser = _parser()
+    try:
+        parser.parse_args(argv)
+    except SystemExit as exc:
+        assert exc.code == 0 and "--help" in argv, f"README.md:{line}: drills {shlex.join(argv)}"
+
+
+def test_the_cheap_commands_in_the_readme_run(tmp_path: Path) -> None:
+    ran = 0
+    for line, argv in _commands():
+        if argv[0] not in CHEAP and "--dry-run" not in argv and "--help" not in argv:
+            continue
+        args = _expanded(argv)
+        if args is None:
+            continue
+        result = subprocess.run(
+            [sys.executable, "-m", "drills.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=isolated_env(tmp_path),
+            timeout=120,
+        )
+        assert result.returncode == 0, f"README.md:{line}: {result.stdout}{result.stderr}"
+        ran += 1
+    assert ran >= 3
+
+
+def test_the_sample_output_has_the_format_the_cli_prints() -> None:
+    sample = re.search(r"The drill ends like this.*?```\n(.*?)```", README, re.S)
+    assert sample, "the README's sample output is gone"
+    lines = [t for t in sample.group(1).splitlines() if t.strip() and t.strip() != "..."]
+    checks = [t for t in lines if t.startswith("  ")]
+    assert checks and all(
+        re.fullmatch(r"  (pass|FAIL)  [^:]+: observed \S.*, expected \S.*", t) for t in checks
+    ), checks
+    assert re.fullmatch(r"verdict: (passed|failed|aborted|interrupted)", lines[-2])
+    assert re.fullmatch(r"report: runs/[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}/index.html", lines[-1])
+    source = (ROOT / "drills" / "cli.py").read_text()
+    assert 'print(f"  {mark}  {check.label}: observed {check.observed_text}, expected ' in source
