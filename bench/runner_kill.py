@@ -9,8 +9,10 @@ vllm-1 and one on backup at once) with its own ledger and state folder, and kill
   before     0.3-3 s after the start, before the first fault
   during     0.2-4 s into the first fault
   between    in the gap after the first fault was reverted, before the second
-  revert     around the second phase's scheduled end (-120 ms to +20 ms from 5 s after its two
-             toxics were seen to land): before, during or just after the two reverts
+  revert     inside the second phase's two reverts: Toxiproxy is paused (SIGSTOP) 0.3 s before
+             their scheduled end, so that the runner's DELETEs hang; the runner is killed
+             0.6 s later and Toxiproxy resumed at once (its toxics and ledger entries are
+             both still there when the runner dies)
 
 Then it waits 10 s and reads back: toxics on the stack's proxies (goal 0), ledger entries
 (goal 0), the run's Locust and watchdog processes still alive (goal 0). The watchdog's time is
@@ -39,7 +41,7 @@ import httpx
 
 from drills.common.system import pid_alive
 from stack.config import load_stack_config
-from stack.state import default_state_dir
+from stack.state import default_state_dir, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 MOMENTS = ("before", "during", "between", "revert")
@@ -96,7 +98,9 @@ def processes_of(folder: Path) -> list[int]:
     return found
 
 
-def one_round(moment: str, drill: Path, api: str, folder: Path) -> dict[str, Any]:
+def one_round(
+    moment: str, drill: Path, api: str, toxiproxy_pid: int, folder: Path
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "DRILLS_LEDGER": str(folder / "ledger.json"),
@@ -122,16 +126,28 @@ def one_round(moment: str, drill: Path, api: str, folder: Path) -> dict[str, Any
         wait_for(lambda: toxics(api) >= 1, 30)
         wait_for(lambda: toxics(api) == 0, 30)
         wait_for(lambda: toxics(api) >= 2, 30, step=0.002)
-        # The second phase's faults end 5 s after they land: kill around that instant, so
-        # that some kills fall before the reverts, some between a toxic's removal and its
-        # ledger entry's, some after.
-        time.sleep(5.0 + random.uniform(-0.12, 0.02))
-    killed_at = time.time()
-    in_force = toxics(api)
     ledger = folder / "ledger.json"
-    in_ledger = len(json.loads(ledger.read_text())) if ledger.exists() else 0
-    proc.kill()
-    proc.wait()
+    if moment == "revert":
+        # The second phase's faults end 5 s after they land. Toxiproxy is paused (SIGSTOP)
+        # just before, so that the runner's reverts hang in their DELETE; the runner is
+        # killed inside them, and Toxiproxy resumes at once.
+        time.sleep(4.7)
+        in_force = toxics(api)
+        os.kill(toxiproxy_pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.6)
+            in_ledger = len(json.loads(ledger.read_text())) if ledger.exists() else 0
+            killed_at = time.time()
+            proc.kill()
+            proc.wait()
+        finally:
+            os.kill(toxiproxy_pid, signal.SIGCONT)
+    else:
+        killed_at = time.time()
+        in_force = toxics(api)
+        in_ledger = len(json.loads(ledger.read_text())) if ledger.exists() else 0
+        proc.kill()
+        proc.wait()
     time.sleep(10)
     entries = json.loads(ledger.read_text()) if ledger.exists() else {}
     reverted = []
@@ -162,6 +178,9 @@ def main() -> None:
     config = load_stack_config(args.state_dir / "stack.yaml")
     host = config.host
     api = f"http://{host}:{config.toxiproxy.api_port}"
+    state = read_state(args.state_dir)
+    assert state is not None, f"no stack in {args.state_dir}: drills stack up"
+    toxiproxy_pid = int(state.components["toxiproxy"]["pid"])
     if toxics(api):
         raise SystemExit(f"{api} has toxics already: remove them first (drills abort)")
     rows = []
@@ -178,7 +197,7 @@ def main() -> None:
             moment = args.moments[i % len(args.moments)]
             folder = Path(tmp) / f"round-{i}"
             folder.mkdir()
-            row = one_round(moment, drill, api, folder)
+            row = one_round(moment, drill, api, toxiproxy_pid, folder)
             rows.append(row)
             print(json.dumps(row), flush=True)
             if row["faults_left"]:

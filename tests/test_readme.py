@@ -138,3 +138,11 @@ def test_the_sample_output_has_the_format_the_cli_prints() -> None:
     assert re.fullmatch(r"report: runs/[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}/index.html", lines[-1])
     source = (ROOT / "drills" / "cli.py").read_text()
     assert 'print(f"  {mark}  {check.label}: observed {check.observed_text}, expected ' in source
+
+
+def test_the_safety_section_names_every_policy_field() -> None:
+    from drills.engine.safety import SafetyPolicy
+
+    section = README[README.index("- **Policy**") : README.index("- **Dry run**")]
+    named = set(re.findall(r"`([a-z_]+)`", section))
+    assert set(SafetyPolicy.model_fields) <= named, set(SafetyPolicy.model_fields) - named
