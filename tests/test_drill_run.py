@@ -166,6 +166,13 @@ def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
+def _run_with_faults_in_force(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
+    """`drills run` of the short drill, once its three latency toxics are in force."""
+    proc = _start_cli(stack, tmp_path)
+    _wait_for_toxics(stack, 3)
+    return proc
+
+
 def _load_processes(tmp_path: Path) -> list[int]:
     """Locust processes started for runs under ``tmp_path`` (found by their environment)."""
     pids = []
@@ -194,8 +201,7 @@ def _wait_for_toxics(stack: RunningStack, count: int, timeout: float = 60) -> No
 def test_sigterm_reverts_every_fault_and_marks_the_run_interrupted(
     stack: RunningStack, toxi: object, tmp_path: Path
 ) -> None:
-    proc = _start_cli(stack, tmp_path)
-    _wait_for_toxics(stack, 3)
+    proc = _run_with_faults_in_force(stack, tmp_path)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, output
@@ -209,8 +215,7 @@ def test_sigterm_reverts_every_fault_and_marks_the_run_interrupted(
 def test_faults_left_by_a_killed_run_and_its_killed_watchdog_are_removed_by_the_next_run(
     stack: RunningStack, toxi: object, tmp_path: Path
 ) -> None:
-    proc = _start_cli(stack, tmp_path)
-    _wait_for_toxics(stack, 3)
+    proc = _run_with_faults_in_force(stack, tmp_path)
     load = _load_processes(tmp_path)
     assert load, "the run's Locust process was not found"
     os.kill(_watchdog_pid(tmp_path), signal.SIGKILL)  # the dead-man's switch dies as well
@@ -380,8 +385,7 @@ def _wait(condition: Callable[[], bool], timeout: float) -> float:
 def test_sigkill_of_the_runner_its_watchdog_reverts_every_fault_and_nothing_is_left(
     stack: RunningStack, toxi: object, tmp_path: Path
 ) -> None:
-    proc = _start_cli(stack, tmp_path)
-    _wait_for_toxics(stack, 3)
+    proc = _run_with_faults_in_force(stack, tmp_path)
     watchdog = _watchdog_pid(tmp_path)
     proc.kill()  # SIGKILL: no handler of the runner runs
     proc.wait()

@@ -140,25 +140,21 @@ def test_the_wrapper_resolves_relative_paths_and_the_policy_from_where_the_calle
     for folder in ("prompts", "runbooks"):
         shutil.copytree(SHIPPED.parent / folder, here / folder)
     (here / "drills-safety.yaml").write_text("max_faults_at_once: 1\n")
-    wrapper = ["bash", str(ROOT / "stack" / "bootstrap.sh")]
-    tight = subprocess.run(
-        [*wrapper, "drills", "run", "latency.yaml", "--dry-run"],
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        cwd=here,
-        timeout=300,
-    )
+
+    def wrapped(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(ROOT / "stack" / "bootstrap.sh"), "drills", *args],
+            capture_output=True,
+            text=True,
+            env=isolated_env(tmp_path),
+            cwd=here,
+            timeout=300,
+        )
+
+    tight = wrapped("run", "latency.yaml", "--dry-run")
     assert tight.returncode == 2, tight.stdout + tight.stderr
     assert "safety (drills-safety.yaml): REFUSED" in tight.stdout, tight.stdout
-    valid = subprocess.run(
-        [*wrapper, "drills", "validate", "latency.yaml", "drills-safety.yaml"],
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        cwd=here,
-        timeout=300,
-    )
+    valid = wrapped("validate", "latency.yaml", "drills-safety.yaml")
     assert valid.returncode == 0, valid.stderr
     assert "latency.yaml: valid drill" in valid.stdout
     assert "drills-safety.yaml: valid safety policy" in valid.stdout

@@ -149,21 +149,21 @@ def test_unknown_field_in_load(tmp_path: Path) -> None:
     assert f":{line_of(text, 'max_token: 8')} load.max_token: unknown field; allowed:" in problem
 
 
-def test_validate_cli_exit_codes(tmp_path: Path) -> None:
-    good = subprocess.run(
-        [sys.executable, "-m", "drills.cli", "validate", *map(str, SHIPPED)],
+def validate(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """``drills validate PATHS`` in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "drills.cli", "validate", *map(str, paths)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
+
+
+def test_validate_cli_exit_codes(tmp_path: Path) -> None:
+    good = validate(*SHIPPED)
     assert good.returncode == 0, good.stderr
     bad = write(tmp_path, LATENCY.replace("duration: 30s", "duration: soon", 1))
-    result = subprocess.run(
-        [sys.executable, "-m", "drills.cli", "validate", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = validate(bad)
     assert result.returncode == 2
     assert "phases[1].duration: invalid duration 'soon'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -330,12 +330,7 @@ def test_validate_takes_every_shipped_file_of_ours_whatever_its_kind() -> None:
             *(ROOT / "stack" / "profiles").glob("*.yaml"),
         ]
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "drills.cli", "validate", *map(str, files)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = validate(*files)
     assert result.returncode == 0, result.stderr
     kinds = dict(line.rsplit(": valid ", 1) for line in result.stdout.splitlines()[:-1])
     assert kinds[str(ROOT / "scenarios" / "gameday-quarterly.yaml")] == "game-day plan"
@@ -357,18 +352,7 @@ def test_validate_names_a_file_of_no_kind_and_the_kinds_there_are(tmp_path: Path
     stranger.write_text("services:\n  web: {image: nginx}\n")
     both = tmp_path / "both.yaml"
     both.write_text("drill: x\ngameday: y\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "drills.cli",
-            "validate",
-            *map(str, (policy, bad_policy, stranger, both)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = validate(policy, bad_policy, stranger, both)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"{policy}: valid safety policy" in result.stdout
     assert f"{bad_policy}:2 max_users:" in result.stderr
