@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     lifecycle.add_argument(
         "--stop-stack", action="store_true", help="stop the profile's stack after the drill"
     )
+    _with_args(run)
     _safety_args(run)
     run.add_argument(
         "--dry-run",
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--profile", help="stack profile to bring up (overrides the scenarios')")
     _attach_args(gate)
     gate.add_argument("--state-dir", type=Path, help=state_help)
+    _with_args(gate)
     gate.add_argument(
         "--out", type=Path, default=Path("gate"), help="junit.xml, summary.md, runs/ (gate/)"
     )
@@ -127,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     day.add_argument("--profile", help="stack profile to bring up (overrides the plan's)")
     _attach_args(day)
     day.add_argument("--state-dir", type=Path, help=state_help)
+    _with_args(day)
     day.add_argument("--out", type=Path, default=Path("runs"), help="where the day goes (runs/)")
     day.add_argument("--as", dest="person", help="the name recorded for terminal answers")
     _safety_args(day)
@@ -220,6 +223,11 @@ def _print_status(current: object, as_json: bool) -> None:
         "healthy" if current.healthy else ("running, NOT healthy" if current.running else "stopped")
     )
     print(f"stack {current.stack!r}: {state} (state: {current.state_dir})")
+    if current.left_out:
+        print(
+            f"started without {', '.join(current.left_out)} (no drill it ran needed it; "
+            "`drills stack up` starts the whole profile)"
+        )
     header = (
         "COMPONENT",
         "KIND",
@@ -279,7 +287,10 @@ def _stack(args: argparse.Namespace) -> int:
     from stack import control
 
     if args.stack_command == "up":
-        current = control.up(args.profile, args.state_dir)
+        from drills.engine.safety import active_runs
+
+        # The whole profile; an idle stack a drill started without some of it is replaced.
+        current = control.up(args.profile, args.state_dir, idle=lambda: not active_runs())
         _print_status(current, args.json)
         return EXIT_OK
     if args.stack_command == "status":
@@ -405,6 +416,21 @@ def _faults(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _with_args(parser: argparse.ArgumentParser) -> None:
+    from stack.config import OPTIONAL_PARTS
+
+    parser.add_argument(
+        "--with",
+        dest="with_parts",
+        action="append",
+        choices=sorted(OPTIONAL_PARTS),
+        metavar="PART",
+        help="start this optional part of the profile even if no drill here needs it; "
+        + "; ".join(f"{p}: {what}" for p, what in OPTIONAL_PARTS.items())
+        + " (by default a stack is started with only what its drills need)",
+    )
+
+
 def _attach_args(parser: argparse.ArgumentParser) -> None:
     """Attach to a running stack; each one given overrides the scenario's attach section."""
     parser.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
@@ -456,6 +482,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         safety=load_policy(args.safety),
         stack_config=args.stack_config,
         keep_stack=getattr(args, "keep_stack", False),
+        with_parts=frozenset(getattr(args, "with_parts", None) or ()),
     )
 
 

@@ -48,11 +48,18 @@ def dry_run(
         profile = options.profile or (
             scenario.stack if isinstance(scenario.stack, str) else "sound"
         )
+        from drills.engine.parts import needed_parts
+        from stack.config import parts_of
+
         config = load_stack_config(profile)
+        needed = needed_parts([scenario], config)
+        started = parts_of(config) if options.keep_stack else set(needed) | options.with_parts
         stack = {
             "profile": profile,
             "gateway": f"http://{config.host}:{config.gateway.port}",
             "toxiproxy": f"http://{config.host}:{config.toxiproxy.api_port}",
+            "parts": {p: needed.get(p, "asked for") for p in sorted(parts_of(config) & started)},
+            "left_out": sorted(parts_of(config) - started),
         }
         for hop in config.upstreams:
             hops[hop.name] = {
@@ -141,6 +148,12 @@ def describe(plan: dict[str, Any]) -> list[str]:
             f"  stack: profile {stack['profile']} (gateway {stack['gateway']}, "
             f"toxiproxy {stack['toxiproxy']})"
         )
+        for part, why in stack["parts"].items():
+            lines.append(f"    with {part}: {why}")
+        for part in stack["left_out"]:
+            lines.append(
+                f"    without {part} (not needed; a stack already up with it is used as it is)"
+            )
     load = plan["load"]
     lines.append(
         f"  load: {load['users']} user(s), {load['shape']}, warm-up {d(load['warmup'])} "

@@ -36,7 +36,7 @@ from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.engine.events import FOR_PEOPLE, RunEvent
-from drills.engine.runner import Runner, RunOptions, attach_of, attach_urls
+from drills.engine.runner import Runner, RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
 from drills.model.scenario import Attach, Scenario, load_scenario
 
@@ -322,9 +322,12 @@ class GameDay:
         options = self.options
         if options.attach is None and options.profile is None and self.plan.stack is not None:
             if isinstance(self.plan.stack, Attach):
-                return RunOptions(**{**options.__dict__, "attach": self.plan.stack})
-            return RunOptions(**{**options.__dict__, "profile": self.plan.stack})
-        return options
+                options = RunOptions(**{**options.__dict__, "attach": self.plan.stack})
+            else:
+                options = RunOptions(**{**options.__dict__, "profile": self.plan.stack})
+        # The stack starts with what any drill of the day needs: none restarts it mid-day.
+        parts = parts_for_all([s for s, _ in self.drills], options)
+        return RunOptions(**{**options.__dict__, "with_parts": parts})
 
     def _event(self, source: str, event: str, **detail: Any) -> None:
         self.timeline.append({"time": time.time(), "source": source, "event": event, **detail})

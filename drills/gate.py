@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
-from drills.engine.runner import RunOptions, attach_of, attach_urls
+from drills.engine.runner import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
 from drills.model.scenario import Scenario, load_scenario
@@ -120,6 +120,9 @@ def run_gate(
 
     runs = out / "runs"
     extra = _child_args(options, safety)
+    # Every drill's stack starts with what any of them needs: no drill restarts it for another.
+    for part in sorted(parts_for_all([s for _, s in files], options)):
+        extra += ["--with", part]
 
     def one(index: int, path: Path, scenario: Scenario) -> GateResult:
         drill_out = runs / f"{index:02d}-{scenario.drill}"

@@ -24,6 +24,7 @@ from drills.common.units import Duration
 from drills.common.yamlsrc import load_model
 
 __all__ = [
+    "OPTIONAL_PARTS",
     "AdmissionPolicy",
     "AgentPolicy",
     "BackupConfig",
@@ -47,7 +48,9 @@ __all__ = [
     "Upstream",
     "VectorDBConfig",
     "load_stack_config",
+    "parts_of",
     "profile_path",
+    "without_parts",
 ]
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -543,6 +546,36 @@ class StackConfig(_Model):
                     )
         if self.engine.kind == "vllm" and not self.engine.python:
             yield ("engine", "python"), "kind 'vllm' needs the interpreter that has vLLM", None
+
+
+OPTIONAL_PARTS: dict[str, str] = {
+    "rag": "the retrieval and agent path: the Triton embedder, the vector DB and the tool server",
+}
+"""The parts of a profile a stack may be started without (top-level sections of its YAML). The
+rest (Toxiproxy, the engines, the L7 hop, the gateway) always runs."""
+
+
+def parts_of(config: StackConfig) -> frozenset[str]:
+    """The optional parts ``config`` has."""
+    return frozenset(p for p in OPTIONAL_PARTS if getattr(config, p) is not None)
+
+
+def without_parts(source: Path, left_out: frozenset[str]) -> str:
+    """The text of the stack file ``source`` with the optional parts ``left_out`` removed (the
+    file itself when none is). What the supervisor of a stack started without them runs."""
+    text = source.read_text()
+    if not left_out:
+        return text
+    import yaml
+
+    data = yaml.safe_load(text)
+    for part in sorted(left_out):
+        data.pop(part, None)
+    head = (
+        f"# {source}, started without {', '.join(sorted(left_out))}: no drill it runs for "
+        "needs it\n"
+    )
+    return head + yaml.safe_dump(data, sort_keys=False)
 
 
 def profile_path(name_or_path: str) -> Path:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,14 @@ import httpx
 from drills.common.errors import StackError, StackNotRunning, ToxiproxyError
 from drills.common.system import group_members, pid_alive
 from drills.common.toxiproxy import ToxiproxyClient
-from stack.config import StackConfig, load_stack_config, profile_path
+from stack.config import (
+    OPTIONAL_PARTS,
+    StackConfig,
+    load_stack_config,
+    parts_of,
+    profile_path,
+    without_parts,
+)
 from stack.provision import (
     ensure_engine_python,
     ensure_model,
@@ -69,6 +75,8 @@ class StackStatus:
     supervisor_pid: int | None
     running: bool
     components: list[ComponentStatus]
+    left_out: list[str] = field(default_factory=list)
+    """Optional parts of the profile this stack was started without (``stack.config``)."""
 
     @property
     def healthy(self) -> bool:
@@ -81,6 +89,7 @@ class StackStatus:
             "supervisor_pid": self.supervisor_pid,
             "running": self.running,
             "healthy": self.healthy,
+            "left_out": self.left_out,
             "components": [c.as_json() for c in self.components],
         }
 
@@ -211,7 +220,41 @@ def status(state_dir: Path | None = None) -> StackStatus:
         supervisor_pid=state.supervisor_pid if running else None,
         running=running,
         components=result,
+        left_out=sorted(left_out(state_dir)),
     )
+
+
+PROFILE_COPY = "profile.yaml"
+"""The profile's file as given, beside ``stack.yaml`` (what the supervisor runs: the profile,
+less the optional parts left out)."""
+
+
+def _sections(path: Path) -> set[str]:
+    """The optional parts a stack file has (a quick read of its top-level keys)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return set()
+    return {p for p in OPTIONAL_PARTS if isinstance(data, dict) and data.get(p) is not None}
+
+
+def left_out(state_dir: Path | None = None) -> set[str]:
+    """The optional parts of its profile that the stack in ``state_dir`` runs without."""
+    state_dir = state_dir or default_state_dir()
+    profile = state_dir / PROFILE_COPY
+    if not profile.exists():  # a state directory from before parts could be left out
+        return set()
+    return _sections(profile) - _sections(state_dir / "stack.yaml")
+
+
+def _running_profile(state_dir: Path) -> str | None:
+    for name in (PROFILE_COPY, "stack.yaml"):
+        path = state_dir / name
+        if path.exists():
+            return path.read_text()
+    return None
 
 
 def _wait_healthy(
@@ -288,34 +331,52 @@ def up(
     *,
     by: str = "user",
     idle: Callable[[], bool] | None = None,
+    parts: Iterable[str] | None = None,
 ) -> StackStatus:
     """Bring the stack up (or find it up) and return its status once every part is healthy.
 
-    ``by`` says who asks (``user`` or ``run``). Another profile's stack already running is
-    replaced only when a run asks, a run started it, and ``idle()`` says no other run uses it;
-    else the request is refused with the one command to type."""
-    # Long on purpose: Bring-up in order (find a running stack, refuse or replace another
-    # profile, start the supervisor, wait for health), each step with its own message.
+    ``parts`` names the optional parts of the profile to start (``stack.config.OPTIONAL_PARTS``;
+    ``None``: all it has). A stack of the same profile already running with at least those
+    parts is used as it is.
+
+    ``by`` says who asks (``user`` or ``run``). A stack already running that will not do (another
+    profile, or without a part asked for) is replaced only when a run started it, ``idle()``
+    says no run uses it, and (for another profile) a run asks; else the request is refused with
+    the one command to type."""
+    # Long on purpose: Bring-up in order (find a running stack, refuse or replace it, start the
+    # supervisor, wait for health), each step with its own message.
     state_dir = state_dir or default_state_dir()
     source = profile_path(str(profile))
-    config = load_stack_config(source)
+    full = load_stack_config(source)
+    has = parts_of(full)
+    wanted = has if parts is None else has & frozenset(parts)
+    text = without_parts(source, has - wanted)
     state_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(state_dir)
     if _supervisorpid_alive(state):
         assert state is not None
-        running_copy = state_dir / "stack.yaml"
-        if running_copy.exists() and running_copy.read_text() == source.read_text():
-            logger.info("stack %r is already running; checking its health", config.name)
+        same_profile = _running_profile(state_dir) == source.read_text()
+        missing = sorted(wanted & left_out(state_dir)) if same_profile else []
+        if same_profile and not missing:
+            logger.info("stack %r is already running; checking its health", full.name)
             if by == "user":
                 (state_dir / OWNER_FILE).write_text("user\n")  # now the user's: left alone
-            return _wait_healthy(state_dir, None, config.engine.startup_timeout)
+            return _wait_healthy(state_dir, None, full.engine.startup_timeout)
         mine = owner(state_dir) == "run"
-        if by == "run" and mine and idle is not None and idle():
-            logger.warning(
-                "stopping the idle stack %r an earlier drill started, to start %r",
-                state.stack_name,
-                config.name,
-            )
+        if mine and idle is not None and idle() and (by == "run" or same_profile):
+            if missing:
+                logger.warning(
+                    "restarting the idle stack %r an earlier drill started without %s, which "
+                    "is needed now",
+                    state.stack_name,
+                    ", ".join(missing),
+                )
+            else:
+                logger.warning(
+                    "stopping the idle stack %r an earlier drill started, to start %r",
+                    state.stack_name,
+                    full.name,
+                )
             down(state_dir)
             state = read_state(state_dir)
         else:
@@ -323,16 +384,35 @@ def up(
                 "it was brought up with `drills stack up`"
                 if not mine
                 else "another run is using it"
-                if by == "run"
+                if by == "run" or same_profile
                 else "it is running"
+            )
+            what = (
+                f"without {', '.join(missing)}, which "
+                + ("this drill needs" if by == "run" else "you asked for")
+                if missing
+                else "with a different config"
             )
             raise StackError(
                 f"a stack ({state.stack_name!r}) is already running from state directory "
-                f"{state_dir} with a different config, and {why}; to use {config.name!r}, "
-                "run `drills stack down` first"
+                f"{state_dir} {what}, and {why}; to use {full.name!r}"
+                + (f" with {', '.join(missing)}" if missing else "")
+                + ", run `drills stack down` first"
             )
     if state is not None:
         _sweep(state, state_dir)
+    for stale in ("state.json", "events.jsonl"):
+        (state_dir / stale).unlink(missing_ok=True)
+    (state_dir / PROFILE_COPY).write_text(source.read_text())
+    (state_dir / "stack.yaml").write_text(text)
+    config = load_stack_config(state_dir / "stack.yaml")
+    if has - wanted:
+        logger.info(
+            "starting %r without %s: %s",
+            config.name,
+            ", ".join(sorted(has - wanted)),
+            "; ".join(OPTIONAL_PARTS[p] for p in sorted(has - wanted)),
+        )
     busy = [f"{field}={port}" for field, port in _ports(config) if _port_in_use(config.host, port)]
     if busy:
         raise StackError(
@@ -347,9 +427,6 @@ def up(
             ensure_model(python)
     if config.rag is not None:
         ensure_rag_python()
-    for stale in ("state.json", "events.jsonl"):
-        (state_dir / stale).unlink(missing_ok=True)
-    shutil.copyfile(source, state_dir / "stack.yaml")
     (state_dir / OWNER_FILE).write_text(f"{'run' if by == 'run' else 'user'}\n")
     env = dict(os.environ)
     # The supervisor must import this checkout's packages even when not installed.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from drills.common.errors import StackError
 from drills.common.system import pid_alive
@@ -217,5 +218,57 @@ def test_a_run_replaces_the_idle_stack_a_run_started_but_never_the_users(tmp_pat
         assert control.owner(state) == "user"
         with pytest.raises(StackError, match="brought up with `drills stack up`"):
             control.up(first, state, by="run", idle=lambda: True)
+    finally:
+        control.down(state)
+
+
+def test_a_stack_started_without_the_retrieval_part_is_used_or_completed_as_needed(
+    tmp_path: Path,
+) -> None:
+    """A one-engine profile with the retrieval part: a drill that needs none of it starts
+    neither Triton, the vector DB nor the tool server; one that needs it, or `drills stack up`,
+    replaces that idle stack with the whole profile, which a later drill uses as it is."""
+    state = tmp_path / "state"
+    source = relocated_profile("unsound-single", tmp_path / "single.yaml")
+    data = yaml.safe_load(source.read_text())
+    data["rag"] = yaml.safe_load(relocated_profile("sound", tmp_path / "sound.yaml").read_text())[
+        "rag"
+    ]
+    source.write_text(yaml.safe_dump(data, sort_keys=False))
+    rag_parts = {"triton", "vectordb", "tools"}
+    try:
+        partial = control.up(source, state, by="run", parts=())
+        names = {c.name for c in partial.components}
+        assert not names & rag_parts and {"toxiproxy", "vllm-0", "gateway"} <= names, names
+        assert partial.left_out == ["rag"] and control.left_out(state) == {"rag"}
+        assert (state / "profile.yaml").read_text() == source.read_text()
+        assert "rag" not in yaml.safe_load((state / "stack.yaml").read_text())
+        # The gateway of a stack without the part has no RAG route, and says so with a 404.
+        gateway = next(c for c in partial.components if c.name == "gateway").endpoint
+        assert httpx.post(f"{gateway}/v1/rag/answer", json={}).status_code == 404
+        shown = cli("stack", "status", "--state-dir", str(state))
+        assert "started without rag (no drill it ran needed it;" in shown.stdout
+        before = read_state(state)
+        assert before is not None
+        # The same need again: the same stack.
+        control.up(source, state, by="run", parts=(), idle=lambda: True)
+        again = read_state(state)
+        assert again is not None and again.supervisor_pid == before.supervisor_pid
+        with pytest.raises(
+            StackError,
+            match=r"without rag, which this drill needs, and another run is using it; to use "
+            r"'unsound-single' with rag, run `drills stack down` first",
+        ):
+            control.up(source, state, by="run", parts=("rag",), idle=lambda: False)
+        # `drills stack up` (the whole profile, the user's) replaces the idle run's stack.
+        whole = control.up(source, state, idle=lambda: True)
+        assert rag_parts <= {c.name for c in whole.components} and whole.left_out == []
+        assert not pid_alive(before.supervisor_pid) and control.owner(state) == "user"
+        after = read_state(state)
+        assert after is not None
+        # A drill that needs less uses the whole stack as it is.
+        control.up(source, state, by="run", parts=(), idle=lambda: True)
+        last = read_state(state)
+        assert last is not None and last.supervisor_pid == after.supervisor_pid
     finally:
         control.down(state)

@@ -97,6 +97,8 @@ class StackEndpoints:
     """How to read the gateway (``drills.model.gateways``)."""
     hop: str | None = None
     """The control API of the harness's L7 hop (``drills.hop``), when the stack runs one."""
+    left_out: list[str] = field(default_factory=list)
+    """Optional parts of the profile the embedded stack runs without."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -108,6 +110,7 @@ class StackEndpoints:
             components=self.components,
             adapter=self.adapter.name,
             hop=self.hop,
+            left_out=self.left_out,
         )
 
 
@@ -126,7 +129,10 @@ class RunOptions:
     """The attached stack's config file, for ``stack_lint`` (a profile's is known already)."""
     keep_stack: bool = False
     """The profile's stack, if this run brings it up, is the user's: no later run replaces it
-    for another profile (``--keep-stack``)."""
+    for another profile (``--keep-stack``). Such a stack is started whole."""
+    with_parts: frozenset[str] = frozenset()
+    """Optional parts of the profile to start even if the drill does not need them
+    (``--with``; a game day or gate: what its other drills need). ``drills.engine.parts``."""
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
@@ -165,7 +171,11 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
 
     profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
     status = control.up(
-        profile, options.state_dir, by="user" if options.keep_stack else "run", idle=_no_other_run
+        profile,
+        options.state_dir,
+        by="user" if options.keep_stack else "run",
+        idle=_no_other_run,
+        parts=None if options.keep_stack else stack_parts([scenario], profile, options),
     )
     comps = {c.name: c for c in status.components}
     metrics = {
@@ -184,7 +194,36 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         profile,
         [c.as_json() for c in status.components],
         hop=comps["hop"].endpoint if "hop" in comps else None,
+        left_out=status.left_out,
     )
+
+
+def stack_parts(scenarios: list[Scenario], profile: str, options: RunOptions) -> frozenset[str]:
+    """The optional parts of ``profile`` to start for ``scenarios``: what they need, and what
+    ``options.with_parts`` asks for."""
+    from drills.engine.parts import needed_parts
+    from stack.config import load_stack_config
+
+    needed = needed_parts(scenarios, load_stack_config(profile))
+    for part, why in needed.items():
+        logger.info("the stack's %s part is needed: %s", part, why)
+    return frozenset(needed) | options.with_parts
+
+
+def parts_for_all(scenarios: list[Scenario], options: RunOptions) -> frozenset[str]:
+    """The optional parts any of ``scenarios`` (a game day's, a gate's) needs of its profile:
+    started with the first drill, so that no later drill restarts the stack for them."""
+    from drills.engine.parts import needed_parts
+    from stack.config import load_stack_config
+
+    parts: set[str] = set(options.with_parts)
+    for scenario in scenarios:
+        if attach_of(scenario, options) is None:
+            profile = options.profile or (
+                scenario.stack if isinstance(scenario.stack, str) else "sound"
+            )
+            parts |= set(needed_parts([scenario], load_stack_config(profile)))
+    return frozenset(parts)
 
 
 def _no_other_run() -> bool:

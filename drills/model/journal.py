@@ -70,6 +70,8 @@ class StackInfo(_Model):
     """The gateway adapter the harness read the gateway with (``drills.model.gateways``)."""
     hop: str | None = None
     """The control API of the harness's L7 hop, when the stack runs one."""
+    left_out: list[str] = Field(default_factory=list)
+    """Optional parts of the profile the embedded stack ran without (``stack.config``)."""
 
 
 class PhaseWindow(_Model):
