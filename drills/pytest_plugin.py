@@ -14,8 +14,8 @@ of their ``tags``, so ``-m`` selects them.
 
 The stack: ``--drills-gateway``/``--drills-toxiproxy`` attach to a running one; otherwise the
 profile (``--drills-profile``, or each scenario's own ``stack:``) is brought up once for the
-session and taken down at its end if this session started it (``--drills-keep-stack`` leaves
-it). Python tests get the same through the ``drills_stack`` and ``drills_run`` fixtures.
+session, with the optional parts its collected drills need (``drills.engine.parts``), and taken
+down at its end if this session started it (``--drills-keep-stack`` leaves it). Python tests get the same through the ``drills_stack`` and ``drills_run`` fixtures.
 """
 
 from __future__ import annotations
@@ -81,6 +81,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         session.finish()
 
 
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    drills = {id(i.parent): i.parent.scenario for i in items if isinstance(i.parent, Drill)}
+    config.stash[_SESSION].planned = list(drills.values())
+
+
 def _is_drill_file(path: Path) -> bool:
     try:
         with path.open(errors="replace") as handle:
@@ -129,6 +136,8 @@ class DrillSession:
         self.config = config
         self._owned_state: Path | None = None
         self._checked: set[str] = set()
+        self.planned: list[Scenario] = []
+        """The collected drills: the stack starts with every part any of them needs."""
 
     def _opt(self, name: str) -> Any:
         return self.config.getoption(name)
@@ -146,21 +155,31 @@ class DrillSession:
             stack_config=self._opt("drills_stack_config"),
         )
         if options.attach is None:
-            self._bring_up(options.profile or _profile_of(scenario), options.state_dir)
+            self._bring_up(options.profile or _profile_of(scenario), scenario, options)
         return options
 
-    def _bring_up(self, profile: str, state_dir: Path | None) -> None:
-        """Bring ``profile`` up once; remember whether this session started it."""
+    def _bring_up(self, profile: str, scenario: Scenario, options: RunOptions) -> None:
+        """Bring ``profile`` up once, with the parts the session's drills need; remember
+        whether this session started it (then a drill run from a fixture that needs more may
+        restart it whole, and the session takes it down at its end)."""
         if profile in self._checked:
             return
+        from drills.engine.runner import no_other_run, parts_for_all
         from stack import control
         from stack.state import default_state_dir
 
+        state_dir = options.state_dir
         try:
             running = control.status(state_dir).running
         except DrillsError:
             running = False
-        control.up(profile, state_dir)
+        control.up(
+            profile,
+            state_dir,
+            by="user" if running else "run",
+            idle=no_other_run,
+            parts=parts_for_all([*self.planned, scenario], options),
+        )
         if not running and self._owned_state is None:
             self._owned_state = state_dir or default_state_dir()
         self._checked.add(profile)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from drills.cli import _parser
-from drills.model.scenario import load_scenario
+from drills.model.scenario import Attach, load_scenario
 from tests.conftest import isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,15 @@ def test_the_attach_snippet_is_a_valid_stack_section(tmp_path: Path) -> None:
         path = scenarios / "attached.yaml"
         path.write_text(yaml.safe_dump({**reference, **data}))
         scenario, _ = load_scenario(path)
-        assert scenario.stack.gateway and scenario.stack.toxiproxy  # type: ignore[union-attr]
+        attach = scenario.stack
+        assert isinstance(attach, Attach) and attach.gateway and attach.toxiproxy
+        adapter = attach.gateway_adapter()  # the overrides merge onto the adapter named
+        given = data["stack"]["attach"].get("adapter")
+        if isinstance(given, dict):
+            assert adapter.name == given["use"]
+            assert adapter.health.path == given["health"]["path"]
+            assert adapter.breaker_opened is not None
+            assert adapter.breaker_opened.map == given["breaker_opened"]["map"]
 
 
 @pytest.mark.parametrize(("line", "argv"), _commands(), ids=lambda v: str(v))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,30 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
     assert table.returncode == 0
     assert "stack 'sound': healthy" in table.stdout
     assert f"vllm-0 (127.0.0.1:{cfg.replicas[0].proxy_port})" in table.stdout
+
+
+def _shape(text: str) -> list[list[str]]:
+    """A status table's lines as fields, ports, the state folder and restart counts blanked."""
+    rows = []
+    for line in text.strip().splitlines():
+        line = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
+        line = re.sub(r"\(state: [^)]*\)", "(state: STATE)", line)
+        fields = line.split()
+        if len(fields) == 8 and fields[6].isdigit():
+            fields[6] = "N"
+        rows.append(fields)
+    return rows
+
+
+def test_the_readme_status_sample_is_what_status_prints(stack: RunningStack) -> None:
+    from tests.test_readme import BLOCKS
+
+    sample = next(body for _, _, body in BLOCKS if body.startswith("$ bash stack/bootstrap.sh"))
+    command, _, shown = sample.partition("\n")
+    assert command == "$ bash stack/bootstrap.sh drills stack status"
+    printed = cli("stack", "status", "--state-dir", str(stack.state_dir))
+    assert printed.returncode == 0, printed.stderr
+    assert _shape(shown) == _shape(printed.stdout)
 
 
 def test_up_again_is_harmless_and_another_config_is_refused(

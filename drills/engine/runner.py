@@ -174,7 +174,7 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         profile,
         options.state_dir,
         by="user" if options.keep_stack else "run",
-        idle=_no_other_run,
+        idle=no_other_run,
         parts=None if options.keep_stack else stack_parts([scenario], profile, options),
     )
     comps = {c.name: c for c in status.components}
@@ -226,7 +226,7 @@ def parts_for_all(scenarios: list[Scenario], options: RunOptions) -> frozenset[s
     return frozenset(parts)
 
 
-def _no_other_run() -> bool:
+def no_other_run() -> bool:
     """No drill or game day of another process is running on this machine."""
     return all(int(r["pid"]) == os.getpid() for r in active_runs())
 
