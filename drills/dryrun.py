@@ -73,8 +73,8 @@ def dry_run(
     for w in fault_windows(scenario):
         spec = scenario.phases[w.phase].inject[w.index]
         would_hit: Any = None
-        if w.kind.startswith("kubernetes."):
-            would_hit = _kubernetes_hits(scenario, doc, policy, spec)
+        if w.kind.startswith(("kubernetes.", "docker.")):
+            would_hit = _preflight_hits(scenario, doc, policy, spec)
         faults.append(
             {
                 "phase": scenario.phases[w.phase].name,
@@ -120,15 +120,21 @@ def dry_run(
     }
 
 
-def _kubernetes_hits(
+def _preflight_hits(
     scenario: Scenario, doc: YamlDocument | None, policy: SafetyPolicy, spec: Any
 ) -> Any:
-    """What a Kubernetes fault would hit, read from the cluster (reads only; nothing is
-    changed), or why it would be refused."""
+    """What a Kubernetes or Docker fault would hit, read from the cluster or the daemon (reads
+    only; nothing is changed), or why it would be refused."""
     from injectors.base import InjectionContext, build
 
     context = InjectionContext(
-        "dry-run", "", None, None, kubernetes_scope(scenario, doc, policy), policy.max_pods
+        "dry-run",
+        "",
+        None,
+        None,
+        kubernetes_scope(scenario, doc, policy),
+        policy.max_pods,
+        policy.max_containers,
     )
     try:
         return build(spec, context, 0).preflight()  # type: ignore[attr-defined]
@@ -184,6 +190,12 @@ def describe(plan: dict[str, Any]) -> list[str]:
                     lines.append(
                         f"             would hit pod {pod['name']} (uid {pod['uid']}, "
                         f"node {pod['node']})"
+                    )
+            elif isinstance(hit, dict) and hit.get("containers") is not None:
+                for box in hit["containers"]:
+                    lines.append(
+                        f"             would hit container {box['name']} ({box['id']}, "
+                        f"{box['status']}) on {hit['host']} (API {hit['api_version']})"
                     )
     lines.append("  checks: " + "; ".join(plan["checks"]))
     refused = plan["safety"]["refused"]

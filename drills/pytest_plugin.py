@@ -15,7 +15,8 @@ of their ``tags``, so ``-m`` selects them.
 The stack: ``--drills-gateway``/``--drills-toxiproxy`` attach to a running one; otherwise the
 profile (``--drills-profile``, or each scenario's own ``stack:``) is brought up once for the
 session, with the optional parts its collected drills need (``drills.engine.parts``), and taken
-down at its end if this session started it (``--drills-keep-stack`` leaves it). Python tests get the same through the ``drills_stack`` and ``drills_run`` fixtures.
+down at its end if this session started it (``--drills-keep-stack`` leaves it). Python tests get
+the same through the ``drills_stack`` and ``drills_run`` fixtures.
 """
 
 from __future__ import annotations

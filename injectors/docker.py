@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from drills.common.docker import DockerClient, DockerError
-from drills.common.errors import InjectionFailed, RevertError, SafetyViolation
+from drills.common.errors import InjectionFailed, InputError, RevertError, SafetyViolation
 from injectors.base import InjectionContext
 
 __all__ = ["DockerInjector", "revert_entry"]
@@ -84,6 +84,28 @@ class DockerInjector:
                 ]
             )
         return chosen
+
+    def preflight(self) -> dict[str, Any]:
+        """The daemon and the containers the fault would hit, read before anything is applied.
+        A daemon that cannot be reached, or a selector that matches no running container, is
+        bad input: the drill is refused untouched."""
+        try:
+            with DockerClient(self.host) as docker:
+                chosen = self._select(docker)
+                return {
+                    "host": docker.host,
+                    "api_version": docker.api_version,
+                    "containers": [_brief(docker.inspect(c["Id"])) for c in chosen],
+                }
+        except DockerError as exc:
+            if exc.status_code is not None:
+                raise
+            raise InputError(
+                f"{exc}; give the fault a 'host' of a running daemon, or set DOCKER_HOST or "
+                "DOCKER_CONTEXT"
+            ) from None
+        except InjectionFailed as exc:
+            raise InputError(str(exc)) from None
 
     def apply(self) -> dict[str, Any]:
         with DockerClient(self.host) as docker:

@@ -28,11 +28,8 @@ IMAGE = "drills/host-root:1"
 
 def ensure_image(docker: DockerClient) -> None:
     """Import the empty root image once."""
-    try:
-        docker._call("GET", f"/images/{IMAGE}/json")
+    if docker.has_image(IMAGE):
         return
-    except DockerError:
-        pass
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in ("tmp", "root", "proc", "sys", "dev"):
@@ -40,14 +37,7 @@ def ensure_image(docker: DockerClient) -> None:
             info.type = tarfile.DIRTYPE
             info.mode = 0o1777 if name == "tmp" else 0o755
             tar.addfile(info)
-    repo, tag = IMAGE.split(":")
-    docker._call(
-        "POST",
-        "/images/create",
-        params={"fromSrc": "-", "repo": repo, "tag": tag},
-        content=buffer.getvalue(),
-        headers={"Content-Type": "application/x-tar"},
-    )
+    docker.import_image(buffer.getvalue(), IMAGE)
 
 
 def start_engine_container(
@@ -59,44 +49,40 @@ def start_engine_container(
         with DockerClient(spec["host"]) as docker:
             ensure_image(docker)
             for stale in docker.containers(name=spec["name"]):
-                docker._call("DELETE", f"/containers/{stale['Id']}", params={"force": "1"})
-            created = docker._call(
-                "POST",
-                "/containers/create",
-                params={"name": spec["name"]},
-                json={
-                    "Image": IMAGE,
-                    "Cmd": argv,
-                    "Env": [f"{k}={v}" for k, v in {"HOME": "/tmp", **env}.items()],
-                    "Labels": spec["labels"],
-                    "Healthcheck": {
-                        "Test": ["CMD", *spec["healthcheck"]],
-                        "Interval": 1_000_000_000,
-                        "Timeout": 3_000_000_000,
-                        "StartPeriod": 300_000_000_000,
-                        "Retries": 3,
-                    },
-                    "HostConfig": {
-                        "NetworkMode": "host",
-                        "RestartPolicy": {"Name": spec["restart"]},
-                        "Binds": [f"{m}:{m}:ro" for m in spec["mounts"]],
-                        "Tmpfs": {"/tmp": "rw,exec"},
-                        "ShmSize": 1 << 30,
-                    },
+                docker.remove(stale["Id"])
+            cid = docker.create(
+                spec["name"],
+                IMAGE,
+                argv,
+                env={"HOME": "/tmp", **env},
+                labels=spec["labels"],
+                healthcheck={
+                    "test": ["CMD", *spec["healthcheck"]],
+                    "interval": 1_000_000_000,
+                    "timeout": 3_000_000_000,
+                    "start_period": 300_000_000_000,
+                    "retries": 3,
                 },
-            ).json()
-            docker.start(created["Id"])
+                host_config={
+                    "network_mode": "host",
+                    "restart_policy": {"Name": spec["restart"]},
+                    "binds": [f"{m}:{m}:ro" for m in spec["mounts"]],
+                    "tmpfs": {"/tmp": "rw,exec"},
+                    "shm_size": 1 << 30,
+                },
+            )
+            docker.start(cid)
     except DockerError as exc:
         raise StackError(f"cannot start the container {spec['name']}: {exc}") from None
-    log.write_text(f"runs in container {spec['name']} ({created['Id'][:12]}): docker logs it\n")
-    logger.info("started container %s (%s)", spec["name"], created["Id"][:12])
-    return str(created["Id"])
+    log.write_text(f"runs in container {spec['name']} ({cid[:12]}): docker logs it\n")
+    logger.info("started container %s (%s)", spec["name"], cid[:12])
+    return cid
 
 
 def remove_container(host: str | None, container: str) -> None:
     try:
         with DockerClient(host) as docker:
-            docker._call("DELETE", f"/containers/{container}", params={"force": "1"})
+            docker.remove(container)
     except DockerError as exc:
-        if "No such container" not in str(exc):
+        if not exc.not_found:
             logger.warning("could not remove container %s: %s", container[:12], exc)

@@ -453,24 +453,31 @@ def up(
 
 def _install(config: StackConfig) -> None:
     """Install what ``config`` needs and is missing, in the foreground (where the user sees
-    progress, not inside the detached supervisor). Toxiproxy's Go build (CPU), the engine's
-    environment then its model, and the retrieval environment (downloads) run side by side; on
-    a fresh 2-core machine that saves about the Go build's time."""
+    progress, not inside the detached supervisor). Toxiproxy's Go build (CPU) runs beside the
+    engine's environment; the retrieval environment comes after the engine's, which downloads
+    the torch both use (uv's cache then serves the second), beside the model's conversion."""
 
-    def engine() -> None:
-        python = ensure_engine_python()
-        if config.engine.model == "smollm2-135m-instruct":
-            ensure_model(python)
+    def engine_then_the_rest() -> None:
+        rest: list[Callable[[], object]] = []
+        if config.engine.kind == "vllm-cpu":
+            python = ensure_engine_python()
+            if config.engine.model == "smollm2-135m-instruct":
+                rest.append(lambda: ensure_model(python))
+        if config.rag is not None:
+            rest.append(ensure_rag_python)
+        _side_by_side(rest)
 
-    jobs: list[Callable[[], object]] = [ensure_toxiproxy]
-    if config.engine.kind == "vllm-cpu":
-        jobs.append(engine)
-    if config.rag is not None:
-        jobs.append(ensure_rag_python)
+    _side_by_side([ensure_toxiproxy, engine_then_the_rest])
+
+
+def _side_by_side(jobs: list[Callable[[], object]]) -> None:
+    """Run ``jobs`` in threads; raise the first one's failure (once all have ended)."""
+    if not jobs:
+        return
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="install") as pool:
         futures = [pool.submit(job) for job in jobs]
         for future in futures:
-            future.result()  # the first failure, with its log's last lines
+            future.result()
 
 
 _group_members = group_members  # the tests read it under this name

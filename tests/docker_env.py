@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from drills.common.docker import DockerClient
+from drills.common.docker import DockerClient, DockerError
 from stack.provision import _find_go
+from tests.conftest import free_port
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tinyhttp"
 IMAGE = "drills-test/tinyhttp:1"
@@ -34,6 +35,10 @@ class DockerEnv:
     host: str
     client: DockerClient
     env: dict[str, str]
+    tls_host: str = ""
+    """The same daemon on loopback TCP, TLS with client certificates (``--tlsverify``)."""
+    cert_path: Path = Path()
+    """``ca.pem``, ``cert.pem`` and ``key.pem`` of a client it trusts (``DOCKER_CERT_PATH``)."""
 
     def docker(self, *args: str) -> str:
         result = subprocess.run(
@@ -61,6 +66,31 @@ def _build_image(env: DockerEnv, work: Path) -> None:
     env.docker("import", "--change", 'ENTRYPOINT ["/server"]', str(tar), IMAGE)
 
 
+def _certificates(out: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl:
+    the daemon's files are ``server-*.pem``, a client's ``ca.pem``, ``cert.pem``, ``key.pem``
+    (what ``DOCKER_CERT_PATH`` holds)."""
+    out.mkdir(parents=True)
+
+    def ssl(command: str) -> None:
+        subprocess.run(["openssl", *command.split()], cwd=out, check=True, capture_output=True)
+
+    new_key = "-newkey rsa:2048 -nodes"
+    ssl(f"req -x509 {new_key} -days 2 -subj /CN=test-ca -keyout ca-key.pem -out ca.pem")
+    (out / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    (out / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for key, cert, cn, ext in (
+        ("server-key.pem", "server-cert.pem", "127.0.0.1", "server.ext"),
+        ("key.pem", "cert.pem", "drills-test", "client.ext"),
+    ):
+        ssl(f"req {new_key} -subj /CN={cn} -keyout {key} -out request.csr")
+        ssl(
+            f"x509 -req -in request.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 "
+            f"-out {cert} -extfile {ext}"
+        )
+    return out
+
+
 @pytest.fixture(scope="session")
 def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
@@ -71,6 +101,8 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
         )
     root = tmp_path_factory.mktemp("docker")
     sock = root / "docker.sock"
+    tls = _certificates(root / "tls")
+    tls_port = free_port()
     log = open(root / "dockerd.log", "wb")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [
@@ -82,6 +114,16 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
             "--bridge=none",
             "--host",
             f"unix://{sock}",
+            # The same daemon on TCP, TLS both ways (what a remote daemon looks like).
+            "--host",
+            f"tcp://127.0.0.1:{tls_port}",
+            "--tlsverify",
+            "--tlscacert",
+            str(tls / "ca.pem"),
+            "--tlscert",
+            str(tls / "server-cert.pem"),
+            "--tlskey",
+            str(tls / "server-key.pem"),
             "--data-root",
             str(root / "data"),
             "--exec-root",
@@ -94,28 +136,36 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEnv]:
         start_new_session=True,
     )
     host = f"unix://{sock}"
-    env = DockerEnv(host, DockerClient(host), {**os.environ, "DOCKER_HOST": host})
+    env: DockerEnv | None = None
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                env.client._call("GET", "/_ping")
-                break
-            except Exception:
+        while env is None:
+            try:  # the client agrees its API version with the daemon as it is made
+                client = DockerClient(host)
+            except DockerError:
                 assert proc.poll() is None, (root / "dockerd.log").read_text()[-2000:]
                 assert time.monotonic() < deadline, "dockerd did not come up"
                 time.sleep(0.3)
+                continue
+            env = DockerEnv(
+                host,
+                client,
+                {**os.environ, "DOCKER_HOST": host},
+                f"tcp://127.0.0.1:{tls_port}",
+                tls,
+            )
         _build_image(env, root)
         env.docker("network", "create", "--driver", "bridge", NETWORK)
         yield env
     finally:
-        try:
-            ids = env.docker("ps", "-aq").split()
-            if ids:
-                env.docker("rm", "-f", *ids)
-        except AssertionError:
-            pass
-        env.client.close()
+        if env is not None:
+            try:
+                ids = env.docker("ps", "-aq").split()
+                if ids:
+                    env.docker("rm", "-f", *ids)
+            except AssertionError:
+                pass
+            env.client.close()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)

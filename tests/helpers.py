@@ -94,3 +94,17 @@ def latency_fault_window(t0: float) -> tuple[Any, dict[str, tuple[float, float]]
         reverted_at=t0 + 20,
     )
     return fault, {"baseline": (t0, t0 + 10), "fault": (t0 + 10, t0 + 20)}
+
+
+def drill_with_docker_fault(tmp_path: Path, host: str, target: str = "vllm-0") -> Path:
+    """``tests/scenarios/tiny.yaml`` with a ``docker.pause`` of ``target`` on the daemon ``host``
+    beside its latency fault (``phases[1].inject[1]``), written to ``tmp_path``."""
+    tiny = Path(__file__).resolve().parent / "scenarios" / "tiny.yaml"
+    text = tiny.read_text().replace(
+        "      - {kind: toxiproxy.latency, target: vllm-0, latency: 200ms}\n",
+        "      - {kind: toxiproxy.latency, target: vllm-0, latency: 200ms}\n"
+        f"      - {{kind: docker.pause, target: '{target}', mode: all, host: '{host}'}}\n",
+    )
+    path = tmp_path / "docker-drill.yaml"
+    path.write_text(anchored(text, tiny.parent))
+    return path

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from drills.common.errors import InjectionFailed, SafetyViolation
+from drills.common.docker import DockerClient, DockerError
+from drills.common.errors import InjectionFailed, InputError, SafetyViolation
 from drills.engine.ledger import Ledger
 from drills.model.scenario import DockerFault
 from injectors.base import InjectionContext, build
+from tests.conftest import drills_cli, free_port, isolated_env
 from tests.docker_env import IMAGE, NETWORK, DockerEnv
+from tests.helpers import drill_with_docker_fault
 
 pytestmark = pytest.mark.docker
 
@@ -36,24 +39,20 @@ def pair(docker_env: DockerEnv) -> Iterator[list[str]]:
         name = f"tiny-{i}-{int(time.time() * 1000) % 100000}"
         # Through the API: the CLI's --health-cmd needs a shell in the image, and this image
         # is one static binary.
-        created = docker_env.client._call(
-            "POST",
-            "/containers/create",
-            params={"name": name},
-            json={
-                "Image": IMAGE,
-                "Env": ["PORT=8080"],
-                "Labels": {"app": "tiny", "replica": str(i)},
-                "Healthcheck": {
-                    "Test": ["CMD", "/server", "-check"],
-                    "Interval": 500_000_000,
-                    "StartPeriod": 1_000_000_000,
-                    "Retries": 3,
-                },
-                "HostConfig": {"RestartPolicy": {"Name": "always"}, "NetworkMode": NETWORK},
+        created = docker_env.client.create(
+            name,
+            IMAGE,
+            env={"PORT": "8080"},
+            labels={"app": "tiny", "replica": str(i)},
+            healthcheck={
+                "test": ["CMD", "/server", "-check"],
+                "interval": 500_000_000,
+                "start_period": 1_000_000_000,
+                "retries": 3,
             },
-        ).json()
-        docker_env.client.start(created["Id"])
+            host_config={"restart_policy": {"Name": "always"}, "network_mode": NETWORK},
+        )
+        docker_env.client.start(created)
         names.append(name)
     deadline = time.monotonic() + 60
     while any(
@@ -153,3 +152,95 @@ def test_a_paused_container_left_by_a_crashed_run_is_unpaused_by_the_sweep(
     removed = ledger.sweep()
     assert [r["method"] for r in removed] == [f"{pair[0]}: unpaused"]
     assert not docker_env.client.inspect(pair[0])["State"]["Paused"]
+
+
+def test_the_daemon_is_found_as_the_docker_cli_finds_it(
+    docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No host given: ``$DOCKER_HOST``, else ``$DOCKER_CONTEXT``, else the config's current
+    context; the API version is the one the daemon offers."""
+    server = docker_env.docker("version", "--format", "{{.Server.APIVersion}}")
+    assert docker_env.client.api_version == server
+    config = tmp_path / "docker-config"
+    cli = {**docker_env.env, "DOCKER_CONFIG": str(config)}
+    cli.pop("DOCKER_HOST")
+    for name, endpoint in (
+        ("drills-plain", f"host={docker_env.host}"),
+        (
+            "drills-tls",
+            f"host={docker_env.tls_host},ca={docker_env.cert_path / 'ca.pem'},"
+            f"cert={docker_env.cert_path / 'cert.pem'},key={docker_env.cert_path / 'key.pem'}",
+        ),
+    ):
+        subprocess.run(
+            ["docker", "context", "create", name, "--docker", endpoint],
+            env=cli,
+            check=True,
+            capture_output=True,
+        )
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONTEXT", "drills-plain")
+    with DockerClient() as client:
+        assert client.host == docker_env.host
+        client.ping()
+    monkeypatch.setenv("DOCKER_CONTEXT", "drills-tls")  # the context's TLS files are used
+    with DockerClient() as client:
+        assert client.host == docker_env.tls_host
+        assert {c["Id"] for c in client.containers()} == {
+            c["Id"] for c in docker_env.client.containers()
+        }
+    monkeypatch.delenv("DOCKER_CONTEXT")
+    subprocess.run(["docker", "context", "use", "drills-plain"], env=cli, check=True)
+    with DockerClient() as client:  # config.json's currentContext
+        assert client.host == docker_env.host
+    monkeypatch.setenv("DOCKER_CONTEXT", "no-such-context")
+    with pytest.raises(DockerError, match="no-such-context"):
+        DockerClient()
+
+
+def test_tls_comes_from_the_environment_as_for_the_docker_cli(
+    docker_env: DockerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_env.tls_host)
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(docker_env.cert_path))
+    with DockerClient() as client:
+        client.ping()
+        assert client.api_version == docker_env.client.api_version
+    # Without the client certificate the daemon refuses: one line naming it.
+    monkeypatch.delenv("DOCKER_TLS_VERIFY")
+    monkeypatch.delenv("DOCKER_CERT_PATH")
+    with pytest.raises(DockerError, match=rf"^Docker at {docker_env.tls_host}: "):
+        DockerClient().ping()
+
+
+def test_preflight_reads_what_would_be_hit_and_refuses_what_cannot_be(
+    docker_env: DockerEnv, pair: list[str], tmp_path: Path
+) -> None:
+    seen = fault("docker.pause", "label:app=tiny", docker_env, mode="all").preflight()
+    assert seen["host"] == docker_env.host and seen["api_version"]
+    assert [c["name"] for c in seen["containers"]] == sorted(pair)
+    assert not any(docker_env.client.inspect(n)["State"]["Paused"] for n in pair)  # read only
+    with pytest.raises(InputError, match="matches no running container"):
+        fault("docker.kill", "label:app=nothing-here", docker_env).preflight()
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    spec = DockerFault.model_validate({"kind": "docker.kill", "target": pair[0], "host": nowhere})
+    with pytest.raises(
+        InputError, match=rf"^Docker at {nowhere}: cannot connect: .*set DOCKER_HOST or DOCKER_C"
+    ):
+        build(spec, InjectionContext("run1", ""), 0).preflight()
+
+    # The dry run reads the same, and says so.
+    drill = drill_with_docker_fault(tmp_path, docker_env.host, "label:app=tiny")
+    plan = subprocess.run(
+        drills_cli("run", str(drill), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+    )
+    assert plan.returncode == 0, plan.stderr
+    for name in pair:
+        assert f"would hit container {name} (" in plan.stdout
+    assert f"running) on {docker_env.host} (API {seen['api_version']})" in plan.stdout

@@ -96,6 +96,14 @@ FAULT = {"kind": "toxiproxy.latency", "at": "0s", "for": "5s", "latency": "1s"}
             {"expect": [{"check": "tool_timeouts", "below": 1}]},
             "expect[0] is a tool_timeouts check",
         ),
+        (
+            {
+                "expect": [
+                    {"check": "retry_amplification", "target": "tools:search_kb", "below": 1.2}
+                ]
+            },
+            "expect[0].target is tools:search_kb",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -108,6 +116,9 @@ def test_a_tool_flood_of_another_server_and_a_chat_drill_need_nothing() -> None:
     elsewhere = scenario(phases=[{"name": "f", "duration": "10s", "inject": [flood]}])
     assert needed_parts([elsewhere], SOUND) == {}
     assert needed_parts([scenario()], SOUND) == {}
+    # Retries counted at the model hops are the engines' part.
+    models = [{"check": "retry_amplification", "target": "models", "below": 1.2}]
+    assert needed_parts([scenario(expect=models)], SOUND) == {}
     # A profile without the part: nothing to start, whatever the drill does.
     single = load_stack_config("unsound-single")
     assert needed_parts([scenario(load={"endpoint": "rag"})], single) == {}

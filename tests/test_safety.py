@@ -15,7 +15,8 @@ import pytest
 from drills.common.errors import SafetyViolation
 from drills.engine.safety import SafetyPolicy, check_scenario, load_policy
 from drills.model.scenario import load_scenario
-from tests.conftest import RunningStack, drills_cli, isolated_env
+from tests.conftest import RunningStack, drills_cli, free_port, isolated_env
+from tests.helpers import drill_with_docker_fault
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "scenarios" / "inference-latency.yaml"
@@ -64,6 +65,52 @@ def test_only_loopback_by_default_and_credentials_never_echoed() -> None:
         in (problems[0])
     )
     assert "hunter2" not in problems[0] and "ops:***@staging.example" in problems[0]
+
+
+def test_a_docker_daemon_off_the_allowed_hosts_is_refused(tmp_path: Path) -> None:
+    policy = SafetyPolicy()
+    for host, shown in (
+        ("tcp://10.1.2.3:2376", "'10.1.2.3'"),
+        ("ssh://ops:hunter2@build-box", "'build-box'"),
+    ):
+        path = drill_with_docker_fault(tmp_path, host)
+        scenario, doc = load_scenario(path)
+        with pytest.raises(SafetyViolation) as info:
+            check_scenario(scenario, doc, policy)
+        (problem,) = info.value.problems
+        line = doc.line_of(("phases", 1, "inject", 1, "host"))
+        assert problem.startswith(f"{path}:{line} phases[1].inject[1].host: Docker at ")
+        assert f"host {shown} is not allowed; allowed_hosts: 127.0.0.1" in problem
+        assert "hunter2" not in problem
+    for allowed in ("unix:///run/docker.sock", "tcp://127.0.0.1:2375"):
+        scenario, doc = load_scenario(drill_with_docker_fault(tmp_path, allowed))
+        check_scenario(scenario, doc, policy)
+
+
+def test_a_docker_daemon_that_cannot_be_reached_refuses_the_drill_untouched(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    path = drill_with_docker_fault(tmp_path, nowhere)
+    result = subprocess.run(
+        drills_cli("run", str(path), *stack.attach_args(), "--out", str(tmp_path / "runs")),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    _, doc = load_scenario(path)
+    line = doc.line_of(("phases", 1, "inject", 1))
+    (message,) = [x for x in result.stderr.splitlines() if x.startswith("drills: ")]
+    assert message.startswith(
+        f"drills: {path}:{line} phases[1].inject[1]: Docker at {nowhere}: cannot connect: "
+    )
+    assert stack.toxics() == []  # its latency fault, due first, was never applied
+    assert (
+        not (tmp_path / "ledger.json").exists()
+        or json.loads((tmp_path / "ledger.json").read_text()) == {}
+    )
 
 
 def test_policy_file_errors_are_located(tmp_path: Path) -> None:

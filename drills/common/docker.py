@@ -1,46 +1,82 @@
-"""A small typed client of the Docker Engine API (over its unix socket, with httpx).
+"""The Docker Engine API, through the official SDK (``docker``'s low-level ``APIClient``).
 
-Only what the docker injector needs: list and inspect containers, kill / stop / start /
-restart / pause / unpause them, disconnect and reconnect networks, read events. Errors carry the
-daemon's own message.
+Which daemon, as the ``docker`` CLI picks it: the host given (a fault's ``host``), else
+``$DOCKER_HOST``, else the current context (``$DOCKER_CONTEXT`` or ``currentContext`` in
+``~/.docker/config.json``), else the local socket. ``unix://``, ``tcp://`` (TLS from
+``$DOCKER_TLS_VERIFY`` and ``$DOCKER_CERT_PATH``, or the context's) and ``ssh://`` (through the
+``ssh`` client on PATH, so keys and ``~/.ssh/config`` work as for ``docker -H ssh://...``) are
+spoken; the API version is negotiated with the daemon.
+
+What is here is what the docker injector and the stack's container runtime need: list and
+inspect containers, kill / stop / start / restart / pause / unpause them, disconnect and
+reconnect networks, read events, import an image and create and remove a container. Every
+failure is a ``DockerError`` naming the daemon and carrying the daemon's own message.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
-import httpx
+import docker
+import docker.errors
+from docker.context import ContextAPI
+from docker.utils import kwargs_from_env
 
 from drills.common.errors import DockerError
-from drills.common.http import checked_call
 
 __all__ = ["DockerClient", "DockerError", "docker_host"]
 
+LOCAL = "unix:///var/run/docker.sock"
+T = TypeVar("T")
+
+
+def _context() -> tuple[str, Any] | None:
+    """The current Docker context's host and TLS settings (``None``: the default context)."""
+    name = os.environ.get("DOCKER_CONTEXT")
+    try:
+        context = ContextAPI.get_context(name) if name else ContextAPI.get_current_context()
+    except docker.errors.DockerException as exc:
+        raise DockerError(f"Docker context {name or '(current)'}: {exc}") from None
+    if context is None:
+        raise DockerError(f"Docker context {name!r} does not exist (`docker context ls`)")
+    if context.Name == "default" or not context.Host:
+        return None
+    return context.Host, context.TLSConfig or False
+
 
 def docker_host(explicit: str | None = None) -> str:
-    """``explicit``, else ``$DOCKER_HOST``, else the default socket."""
-    return explicit or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    """The daemon a client of ``explicit`` would speak to (for messages and the ledger)."""
+    if explicit or os.environ.get("DOCKER_HOST"):
+        return explicit or os.environ["DOCKER_HOST"]
+    context = _context()
+    return context[0] if context else LOCAL
 
 
 class DockerClient:
     def __init__(self, host: str | None = None, timeout: float = 30.0) -> None:
-        self.host = docker_host(host)
-        parts = urlsplit(self.host)
-        if parts.scheme == "unix":
-            transport = httpx.HTTPTransport(uds=parts.path)
-            base = "http://docker"
-        elif parts.scheme in ("tcp", "http"):
-            transport = httpx.HTTPTransport()
-            base = f"http://{parts.netloc}"
-        else:
-            raise DockerError(f"unsupported DOCKER_HOST {self.host!r}; expected unix:// or tcp://")
-        self._http = httpx.Client(base_url=base, transport=transport, timeout=timeout)
+        env = kwargs_from_env()
+        tls: Any = env.get("tls", False)
+        if host is None and "base_url" not in env:
+            context = _context()
+            if context is not None:
+                host, tls = context
+        self.host = host or env.get("base_url") or LOCAL
+        try:
+            self._api = docker.APIClient(
+                base_url=self.host,
+                version="auto",  # negotiated: the daemon's own API version, capped by the SDK's
+                timeout=int(timeout),
+                tls=tls,
+                use_ssh_client=self.host.startswith("ssh://"),
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"Docker at {self.host}: cannot connect: {_why(exc)}") from None
 
     def close(self) -> None:
-        self._http.close()
+        self._api.close()
 
     def __enter__(self) -> DockerClient:
         return self
@@ -48,69 +84,158 @@ class DockerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return checked_call(
-            self._http, DockerError, method, path, where=f"Docker at {self.host}", **kwargs
-        )
+    def _do(self, what: str, call: Callable[[], T]) -> T:
+        with self._errors(what):
+            return call()
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except docker.errors.APIError as exc:
+            raise DockerError(
+                f"Docker at {self.host}: {what}: {_why(exc)}",
+                status_code=exc.status_code,
+            ) from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise DockerError(f"Docker at {self.host}: {what}: {_why(exc)}") from None
+
+    @property
+    def api_version(self) -> str:
+        """The API version agreed with the daemon."""
+        return str(self._api.api_version)
+
+    def ping(self) -> None:
+        self._do("ping", self._api.ping)
 
     def containers(
         self, *, name: str | None = None, labels: dict[str, str] | None = None
     ) -> list[dict[str, Any]]:
         """Containers (running or not) whose name is exactly ``name`` / that carry ``labels``."""
-        filters: dict[str, list[str]] = {}
+        filters: dict[str, Any] = {}
         if labels:
             filters["label"] = [f"{k}={v}" for k, v in labels.items()]
         if name:
             filters["name"] = [f"^/{name}$"]
-        found = self._call(
-            "GET", "/containers/json", params={"all": "1", "filters": json.dumps(filters)}
-        ).json()
+        found = self._do("list containers", lambda: self._api.containers(all=True, filters=filters))
         return sorted(found, key=lambda c: c["Names"][0] if c.get("Names") else c["Id"])
 
     def inspect(self, container: str) -> dict[str, Any]:
-        data: dict[str, Any] = self._call("GET", f"/containers/{container}/json").json()
+        data: dict[str, Any] = self._do(
+            f"inspect {container[:12]}", lambda: self._api.inspect_container(container)
+        )
         return data
 
     def kill(self, container: str, signal: str = "SIGKILL") -> None:
-        self._call("POST", f"/containers/{container}/kill", params={"signal": signal})
+        self._do(f"kill {container[:12]}", lambda: self._api.kill(container, signal=signal))
 
     def stop(self, container: str, grace: float) -> None:
-        self._call("POST", f"/containers/{container}/stop", params={"t": str(int(grace))})
+        self._do(f"stop {container[:12]}", lambda: self._api.stop(container, timeout=int(grace)))
 
     def start(self, container: str) -> None:
-        self._call("POST", f"/containers/{container}/start")
+        self._do(f"start {container[:12]}", lambda: self._api.start(container))
 
     def restart(self, container: str, grace: float) -> None:
-        self._call("POST", f"/containers/{container}/restart", params={"t": str(int(grace))})
+        self._do(
+            f"restart {container[:12]}", lambda: self._api.restart(container, timeout=int(grace))
+        )
 
     def pause(self, container: str) -> None:
-        self._call("POST", f"/containers/{container}/pause")
+        self._do(f"pause {container[:12]}", lambda: self._api.pause(container))
 
     def unpause(self, container: str) -> None:
-        self._call("POST", f"/containers/{container}/unpause")
+        self._do(f"unpause {container[:12]}", lambda: self._api.unpause(container))
 
     def disconnect(self, network: str, container: str) -> None:
-        self._call(
-            "POST", f"/networks/{network}/disconnect", json={"Container": container, "Force": True}
+        self._do(
+            f"disconnect {container[:12]} from {network}",
+            lambda: self._api.disconnect_container_from_network(container, network, force=True),
         )
 
     def connect(self, network: str, container: str, endpoint: dict[str, Any] | None) -> None:
-        body: dict[str, Any] = {"Container": container}
-        if endpoint:
-            body["EndpointConfig"] = {
-                k: endpoint[k] for k in ("Aliases", "IPAMConfig", "Links") if endpoint.get(k)
-            }
-        self._call("POST", f"/networks/{network}/connect", json=body)
+        """Reconnect ``container`` with the aliases, addresses and links it had."""
+        endpoint = endpoint or {}
+        ipam = endpoint.get("IPAMConfig") or {}
+        self._do(
+            f"connect {container[:12]} to {network}",
+            lambda: self._api.connect_container_to_network(
+                container,
+                network,
+                aliases=endpoint.get("Aliases") or None,
+                links=endpoint.get("Links") or None,
+                ipv4_address=ipam.get("IPv4Address") or None,
+                ipv6_address=ipam.get("IPv6Address") or None,
+            ),
+        )
 
     def events(self, since: float, until: float, container: str) -> list[dict[str, Any]]:
-        """Events of one container between two wall-clock times."""
-        response = self._call(
-            "GET",
-            "/events",
-            params={
-                "since": f"{since:.3f}",
-                "until": f"{until:.3f}",
-                "filters": json.dumps({"container": [container], "type": ["container"]}),
-            },
+        """Events of one container between two wall-clock times (``until`` in the past)."""
+        filters = {"container": [container], "type": ["container"]}
+        with self._errors(f"events of {container[:12]}"):
+            # The daemon takes fractional seconds; the SDK's datetime path would drop them.
+            stream = self._api.events(
+                since=cast(Any, f"{since:.3f}"),
+                until=cast(Any, f"{until:.3f}"),
+                filters=filters,
+                decode=True,
+            )
+            return list(stream)
+
+    def has_image(self, image: str) -> bool:
+        try:
+            self._api.inspect_image(image)  # type: ignore[no-untyped-call]
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"Docker at {self.host}: inspect image {image}: {_why(exc)}"
+            ) from None
+        return True
+
+    def import_image(self, tar: bytes, image: str) -> None:
+        """Import a root filesystem tarball as ``image`` (``repo:tag``)."""
+        repo, tag = image.rsplit(":", 1)
+        self._do(
+            f"import {image}",
+            lambda: self._api.import_image_from_data(tar, repository=repo, tag=tag),
         )
-        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+    def create(
+        self,
+        name: str,
+        image: str,
+        command: list[str] | None = None,
+        *,
+        env: dict[str, str],
+        labels: dict[str, str],
+        healthcheck: dict[str, Any],
+        host_config: dict[str, Any],
+    ) -> str:
+        """Create a container; its id. ``host_config``: ``create_host_config``'s arguments."""
+
+        def create() -> str:
+            created = self._api.create_container(
+                image,
+                command=command,
+                name=name,
+                environment=env,
+                labels=labels,
+                healthcheck=healthcheck,
+                host_config=self._api.create_host_config(**host_config),
+            )
+            return str(created["Id"])
+
+        return self._do(f"create container {name}", create)
+
+    def remove(self, container: str) -> None:
+        """Remove a container, running or not (``not_found`` on the error if it was gone)."""
+        self._do(
+            f"remove {container[:12]}", lambda: self._api.remove_container(container, force=True)
+        )
+
+
+def _why(exc: BaseException) -> str:
+    """The daemon's own message (``No such container: ...``), else the error's."""
+    if isinstance(exc, docker.errors.APIError) and exc.explanation:
+        return str(exc.explanation)
+    return str(exc) or type(exc).__name__

@@ -6,8 +6,8 @@ started for a drill that uses it:
 
 - its load asks the gateway's RAG or agent endpoint;
 - a fault targets one of the part's components (a hop, a process) or floods its tool server;
-- a check reads one of them (a ``prometheus`` source, a target) or is one of the part's own
-  checks (recall, missing context, tool timeouts, retry amplification);
+- a check reads one of them (a ``prometheus`` source, a target such as ``tools:search_kb``) or is
+  one of the part's own checks (recall, missing context, tool timeouts);
 - it runs the retrieval recall probe.
 
 Everything else of the profile (Toxiproxy, the engines, the L7 hop, the gateway) always runs.
@@ -24,10 +24,9 @@ from stack.config import StackConfig
 
 __all__ = ["RAG_CHECKS", "needed_parts"]
 
-RAG_CHECKS = frozenset(
-    {"missing_context_share", "retrieval_recall", "tool_timeouts", "retry_amplification"}
-)
-"""Checks that only the retrieval and agent path can answer."""
+RAG_CHECKS = frozenset({"missing_context_share", "retrieval_recall", "tool_timeouts"})
+"""Checks that only the retrieval and agent path can answer (``retry_amplification`` needs it
+for a retrieval or tool target only: at the model hops it is the engines' part)."""
 
 
 def needed_parts(scenarios: Iterable[Scenario], config: StackConfig) -> dict[str, str]:
@@ -62,6 +61,6 @@ def _rag_reason(scenario: Scenario, names: set[str]) -> str | None:
             return f"expect[{i}] is a {check.check} check"
         for field in ("target", "source"):
             value = getattr(check, field)
-            if value in names:
+            if value is not None and value.split(":", 1)[0] in names:  # tools:search_kb
                 return f"expect[{i}].{field} is {value}"
     return None

@@ -31,11 +31,19 @@ import httpx
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
 from drills.checks.observed import attribute
-from drills.common.errors import ConfigError, HopError, Interrupted, KillSwitch, StackError
+from drills.common.errors import (
+    ConfigError,
+    HopError,
+    InputError,
+    Interrupted,
+    KillSwitch,
+    SafetyViolation,
+    StackError,
+)
 from drills.common.hop import HopClient, HopRecord
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
-from drills.common.yamlsrc import YamlDocument
+from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.ledger import Ledger
@@ -440,9 +448,18 @@ class Runner:
                     fault.model_dump(mode="json", by_alias=True),
                 )
             )
-        for planned in faults:
-            if isinstance(planned.injector, Preflight):
+        windows = fault_windows(scenario)
+        for planned, window in zip(faults, windows, strict=True):
+            if not isinstance(planned.injector, Preflight):
+                continue
+            try:
                 planned.preflight = planned.injector.preflight()
+            except SafetyViolation:
+                raise
+            except InputError as exc:  # located at the fault that cannot be carried out
+                loc = ("phases", window.phase, "inject", window.index)
+                where = f"{self.doc.path}:{self.doc.line_of(loc)} " if self.doc else ""
+                raise InputError(f"{where}{format_path(loc)}: {exc}") from None
         return faults
 
     def _instruments(

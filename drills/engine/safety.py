@@ -201,6 +201,15 @@ def check_scenario(
     scope = getattr(scenario, "kubernetes", None)
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
+            at = getattr(fault, "host", None) if fault.kind.startswith("docker.") else None
+            daemon = urlsplit(at).hostname if at and not at.startswith("unix:") else None
+            if daemon is not None and not _matches(daemon, policy.allowed_hosts):
+                loc = ("phases", i, "inject", j, "host")
+                problems.append(
+                    f"{where(loc)}{format_path(loc)}: Docker at {_redact_url(at or '')}: host "
+                    f"{daemon!r} is not allowed; allowed_hosts: "
+                    f"{', '.join(policy.allowed_hosts)} ({policy.source})"
+                )
             if fault.kind == "tool.saturate" and fault.concurrency > policy.max_tool_concurrency:
                 loc = ("phases", i, "inject", j, "concurrency")
                 problems.append(

@@ -284,8 +284,11 @@ class DockerFault(FaultSpec):
     """docker.stop / docker.restart: time to exit after SIGTERM."""
     network: str | None = None
     """docker.disconnect: the network to cut (default: every network of the container)."""
-    host: str | None = None
-    """The Docker daemon (default ``$DOCKER_HOST`` or the local socket)."""
+    host: str | None = Field(default=None, pattern=r"^(unix|tcp|ssh|http|https)://.+")
+    """The Docker daemon: ``unix:///path``, ``tcp://HOST:PORT`` (TLS from ``DOCKER_TLS_VERIFY``
+    and ``DOCKER_CERT_PATH``) or ``ssh://USER@HOST``; its host must be in the safety policy's
+    ``allowed_hosts``. Default: ``$DOCKER_HOST``, else the current Docker context, else the
+    local socket."""
 
     @property
     def selector(self) -> tuple[str | None, dict[str, str]]:
