@@ -178,10 +178,12 @@ def test_the_daemon_is_found_as_the_docker_cli_finds_it(
             check=True,
             capture_output=True,
         )
+    subprocess.run(
+        ["docker", "context", "use", "drills-plain"], env=cli, check=True, capture_output=True
+    )
     monkeypatch.setenv("DOCKER_CONFIG", str(config))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setenv("DOCKER_CONTEXT", "drills-plain")
-    with DockerClient() as client:
+    with DockerClient() as client:  # config.json's currentContext
         assert client.host == docker_env.host
         client.ping()
     monkeypatch.setenv("DOCKER_CONTEXT", "drills-tls")  # the context's TLS files are used
@@ -190,10 +192,6 @@ def test_the_daemon_is_found_as_the_docker_cli_finds_it(
         assert {c["Id"] for c in client.containers()} == {
             c["Id"] for c in docker_env.client.containers()
         }
-    monkeypatch.delenv("DOCKER_CONTEXT")
-    subprocess.run(["docker", "context", "use", "drills-plain"], env=cli, check=True)
-    with DockerClient() as client:  # config.json's currentContext
-        assert client.host == docker_env.host
     monkeypatch.setenv("DOCKER_CONTEXT", "no-such-context")
     with pytest.raises(DockerError, match="no-such-context"):
         DockerClient()

@@ -33,6 +33,22 @@ LOCAL = "unix:///var/run/docker.sock"
 T = TypeVar("T")
 
 
+class _API(docker.APIClient):
+    """The SDK's client, keeping the CA it was given (a context's, ``DOCKER_CERT_PATH``'s).
+
+    requests lets ``REQUESTS_CA_BUNDLE`` (set on many machines, these included) replace a
+    session's CA for each request, so a daemon with its own CA fails verification
+    (docker/docker-py#2433, open since 2019)."""
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> Any:
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if verify is None and isinstance(self.verify, str):
+            settings["verify"] = self.verify
+        return settings
+
+
 def _context() -> tuple[str, Any] | None:
     """The current Docker context's host and TLS settings (``None``: the default context)."""
     name = os.environ.get("DOCKER_CONTEXT")
@@ -41,7 +57,10 @@ def _context() -> tuple[str, Any] | None:
     except docker.errors.DockerException as exc:
         raise DockerError(f"Docker context {name or '(current)'}: {exc}") from None
     if context is None:
-        raise DockerError(f"Docker context {name!r} does not exist (`docker context ls`)")
+        raise DockerError(
+            f"Docker context {name!r} does not exist (`docker context ls`; contexts are read "
+            "beside the config.json of DOCKER_CONFIG, default ~/.docker)"
+        )
     if context.Name == "default" or not context.Host:
         return None
     return context.Host, context.TLSConfig or False
@@ -65,7 +84,7 @@ class DockerClient:
                 host, tls = context
         self.host = host or env.get("base_url") or LOCAL
         try:
-            self._api = docker.APIClient(
+            self._api = _API(
                 base_url=self.host,
                 version="auto",  # negotiated: the daemon's own API version, capped by the SDK's
                 timeout=int(timeout),
