@@ -285,6 +285,22 @@ def _rag_specs(config: StackConfig, config_path: Path, state_dir: Path) -> list[
     return specs
 
 
+SUN_PATH_MAX = 107
+"""The longest path a unix socket may have on Linux (``sizeof(sockaddr_un.sun_path) - 1``)."""
+
+
+def triton_workspace(state_dir: Path) -> Path:
+    """PyTriton's workspace, which holds its ZMQ sockets (``minilm_0_0-server.sock``, ...): in
+    the state directory when socket paths there fit a unix socket, else a short folder in the
+    temp directory named after the state directory (a long state path made Triton fail every
+    request and restart forever)."""
+    preferred = state_dir / "triton-workspace"
+    if len(str(preferred.resolve())) + 40 <= SUN_PATH_MAX:
+        return preferred
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"drills-triton-{digest}"
+
+
 def _embedder_spec(config: StackConfig, state_dir: Path, python: Path) -> ComponentSpec:
     assert config.rag is not None
     embedder, host = config.rag.embedder, config.host
@@ -312,7 +328,7 @@ def _embedder_spec(config: StackConfig, state_dir: Path, python: Path) -> Compon
             "--max-batch-size",
             str(embedder.max_batch_size),
             "--workspace",
-            str(state_dir / "triton-workspace"),
+            str(triton_workspace(state_dir)),
         ],
         env={
             "LD_LIBRARY_PATH": ":".join(

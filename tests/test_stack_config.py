@@ -147,3 +147,15 @@ def test_rag_section_problems_are_located(tmp_path: Path) -> None:
     assert any(
         "rag.tools.agents.probe" in p and "unknown tool" in p and "drop_tables" in p for p in found
     ), found
+
+
+def test_tritons_sockets_fit_a_unix_socket_path_whatever_the_state_folder(tmp_path: Path) -> None:
+    from stack.supervisor import SUN_PATH_MAX, triton_workspace
+
+    short = Path("/tmp/s")
+    assert triton_workspace(short) == short / "triton-workspace"
+    deep = tmp_path / ("a-long-folder-name-" * 6) / "state"
+    workspace = triton_workspace(deep)
+    assert workspace != deep / "triton-workspace"
+    assert len(str(workspace / "minilm_0_0-server.sock")) <= SUN_PATH_MAX
+    assert triton_workspace(deep) == workspace  # the same folder on every restart
