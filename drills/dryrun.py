@@ -142,24 +142,27 @@ def _preflight_hits(
         return {"refused": str(exc)}
 
 
+def _stack_lines(stack: dict[str, Any]) -> list[str]:
+    """The plan's stack: what is attached, or the profile and which of its parts start."""
+    if "attach" in stack:
+        return ["  stack: attach " + ", ".join(f"{k}={v}" for k, v in stack["attach"].items())]
+    lines = [
+        f"  stack: profile {stack['profile']} (gateway {stack['gateway']}, "
+        f"toxiproxy {stack['toxiproxy']})"
+    ]
+    lines += [f"    with {part}: {why}" for part, why in stack["parts"].items()]
+    lines += [
+        f"    without {part} (not needed; a stack already up with it is used as it is)"
+        for part in stack["left_out"]
+    ]
+    return lines
+
+
 def describe(plan: dict[str, Any]) -> list[str]:
     """The plan as lines for a terminal."""
     d = format_duration
     lines = [f"drill {plan['drill']}: {plan['title']}  ({plan['file']})"]
-    stack = plan["stack"]
-    if "attach" in stack:
-        lines.append("  stack: attach " + ", ".join(f"{k}={v}" for k, v in stack["attach"].items()))
-    else:
-        lines.append(
-            f"  stack: profile {stack['profile']} (gateway {stack['gateway']}, "
-            f"toxiproxy {stack['toxiproxy']})"
-        )
-        for part, why in stack["parts"].items():
-            lines.append(f"    with {part}: {why}")
-        for part in stack["left_out"]:
-            lines.append(
-                f"    without {part} (not needed; a stack already up with it is used as it is)"
-            )
+    lines += _stack_lines(plan["stack"])
     load = plan["load"]
     lines.append(
         f"  load: {load['users']} user(s), {load['shape']}, warm-up {d(load['warmup'])} "

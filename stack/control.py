@@ -344,14 +344,11 @@ def up(
     profile, or without a part asked for) is replaced only when a run started it, ``idle()``
     says no run uses it, and (for another profile) a run asks; else the request is refused with
     the one command to type."""
-    # Long on purpose: Bring-up in order (find a running stack, refuse or replace it, start the
-    # supervisor, wait for health), each step with its own message.
     state_dir = state_dir or default_state_dir()
     source = profile_path(str(profile))
     full = load_stack_config(source)
     has = parts_of(full)
     wanted = has if parts is None else has & frozenset(parts)
-    text = without_parts(source, has - wanted)
     state_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(state_dir)
     if _supervisorpid_alive(state):
@@ -363,56 +360,76 @@ def up(
             if by == "user":
                 (state_dir / OWNER_FILE).write_text("user\n")  # now the user's: left alone
             return _wait_healthy(state_dir, None, full.engine.startup_timeout)
-        mine = owner(state_dir) == "run"
-        if mine and idle is not None and idle() and (by == "run" or same_profile):
-            if missing:
-                logger.warning(
-                    "restarting the idle stack %r an earlier drill started without %s, which "
-                    "is needed now",
-                    state.stack_name,
-                    ", ".join(missing),
-                )
-            else:
-                logger.warning(
-                    "stopping the idle stack %r an earlier drill started, to start %r",
-                    state.stack_name,
-                    full.name,
-                )
-            down(state_dir)
-            state = read_state(state_dir)
-        else:
-            why = (
-                "it was brought up with `drills stack up`"
-                if not mine
-                else "another run is using it"
-                if by == "run" or same_profile
-                else "it is running"
-            )
-            what = (
-                f"without {', '.join(missing)}, which "
-                + ("this drill needs" if by == "run" else "you asked for")
-                if missing
-                else "with a different config"
-            )
-            raise StackError(
-                f"a stack ({state.stack_name!r}) is already running from state directory "
-                f"{state_dir} {what}, and {why}; to use {full.name!r}"
-                + (f" with {', '.join(missing)}" if missing else "")
-                + ", run `drills stack down` first"
-            )
+        _replace_or_refuse(state, state_dir, full.name, missing, by, idle, same_profile)
+        state = read_state(state_dir)
     if state is not None:
         _sweep(state, state_dir)
+    return _start(source, has - wanted, state_dir, by)
+
+
+def _replace_or_refuse(
+    state: StackState,
+    state_dir: Path,
+    name: str,
+    missing: list[str],
+    by: str,
+    idle: Callable[[], bool] | None,
+    same_profile: bool,
+) -> None:
+    """Stop the running stack that will not do (another profile, or without the parts
+    ``missing``) when a run started it and ``idle()`` says no run uses it; else refuse."""
+    mine = owner(state_dir) == "run"
+    if mine and idle is not None and idle() and (by == "run" or same_profile):
+        if missing:
+            logger.warning(
+                "restarting the idle stack %r an earlier drill started without %s, which is "
+                "needed now",
+                state.stack_name,
+                ", ".join(missing),
+            )
+        else:
+            logger.warning(
+                "stopping the idle stack %r an earlier drill started, to start %r",
+                state.stack_name,
+                name,
+            )
+        down(state_dir)
+        return
+    why = (
+        "it was brought up with `drills stack up`"
+        if not mine
+        else "another run is using it"
+        if by == "run" or same_profile
+        else "it is running"
+    )
+    what = (
+        f"without {', '.join(missing)}, which "
+        + ("this drill needs" if by == "run" else "you asked for")
+        if missing
+        else "with a different config"
+    )
+    raise StackError(
+        f"a stack ({state.stack_name!r}) is already running from state directory "
+        f"{state_dir} {what}, and {why}; to use {name!r}"
+        + (f" with {', '.join(missing)}" if missing else "")
+        + ", run `drills stack down` first"
+    )
+
+
+def _start(source: Path, left_out: frozenset[str], state_dir: Path, by: str) -> StackStatus:
+    """Start the profile ``source`` less the parts ``left_out`` in the free ``state_dir``:
+    its files, the installs, the ports, the supervisor; its status once healthy."""
     for stale in ("state.json", "events.jsonl"):
         (state_dir / stale).unlink(missing_ok=True)
     (state_dir / PROFILE_COPY).write_text(source.read_text())
-    (state_dir / "stack.yaml").write_text(text)
+    (state_dir / "stack.yaml").write_text(without_parts(source, left_out))
     config = load_stack_config(state_dir / "stack.yaml")
-    if has - wanted:
+    if left_out:
         logger.info(
             "starting %r without %s: %s",
             config.name,
-            ", ".join(sorted(has - wanted)),
-            "; ".join(OPTIONAL_PARTS[p] for p in sorted(has - wanted)),
+            ", ".join(sorted(left_out)),
+            "; ".join(OPTIONAL_PARTS[p] for p in sorted(left_out)),
         )
     busy = [f"{field}={port}" for field, port in _ports(config) if _port_in_use(config.host, port)]
     if busy:
