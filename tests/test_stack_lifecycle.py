@@ -88,8 +88,8 @@ def _shape(text: str) -> list[list[str]]:
         line = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
         line = re.sub(r"\(state: [^)]*\)", "(state: STATE)", line)
         fields = line.split()
-        if len(fields) == 8 and fields[6].isdigit():
-            fields[6] = "N"
+        if len(fields) >= 8 and fields[-2].isdigit():  # RESTARTS, before TOXICS
+            fields[-2] = "N"
         rows.append(fields)
     return rows
 
