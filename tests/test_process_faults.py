@@ -117,7 +117,8 @@ def test_a_frozen_process_left_by_a_crashed_run_is_thawed_by_the_sweep(
     assert _stat(proc.pid)[0] == "T"
     removed = ledger.sweep()
     assert [r["method"] for r in removed] == ["thawed (SIGCONT)"]
-    assert _stat(proc.pid)[0] == "S" and ledger.entries() == {}
+    # Thawed: no longer stopped (running for a moment after SIGCONT, or back asleep).
+    assert _stat(proc.pid)[0] not in ("T", "t") and ledger.entries() == {}
 
 
 def test_a_selector_that_matches_nothing_fails_the_fault(
