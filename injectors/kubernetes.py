@@ -13,15 +13,25 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from datetime import datetime
 from typing import Any
 
-from drills.common.errors import DrillsError, InjectionFailed, RevertError, SafetyViolation
-from drills.common.kube import KubeClient, load_kubeconfig
+import urllib3
+
+from drills.common.errors import (
+    DrillsError,
+    InjectionFailed,
+    InputError,
+    KubeError,
+    RevertError,
+    SafetyViolation,
+)
+from drills.common.kube import KubeClient, KubeConfig, load_kubeconfig
 from injectors.base import InjectionContext
 
-__all__ = ["KubernetesInjector", "revert_entry"]
+__all__ = ["KubernetesInjector", "ReplacementWatch", "revert_entry"]
 
 GPU = "nvidia.com/gpu"
 
@@ -39,6 +49,13 @@ def _requests_gpu(pod: dict[str, Any]) -> bool:
             if str((resources.get(section) or {}).get(GPU, "0")) not in ("0", ""):
                 return True
     return False
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod.get("status", {}).get("conditions", [])
+    )
 
 
 def _ready_at(pod: dict[str, Any]) -> float | None:
@@ -73,10 +90,11 @@ class KubernetesInjector:
         self.existing: set[str] = set()
         """Pods of the selection when the fault was applied (none of them is a replacement)."""
         self.previous: dict[str, Any] = {}
+        self.watch: ReplacementWatch | None = None
 
     # -- where, and what ---------------------------------------------------------------------
 
-    def _client(self) -> KubeClient:
+    def _config(self) -> KubeConfig:
         if self.scope is None:
             raise InjectionFailed("kubernetes faults need the scenario's 'kubernetes' section")
         kubeconfig = self.scope.get("kubeconfig")
@@ -88,7 +106,49 @@ class KubernetesInjector:
                     f"allowed_contexts: {', '.join(self.scope['allowed_contexts'])}"
                 ]
             )
-        return KubeClient(config)
+        return config
+
+    def _client(self) -> KubeClient:
+        return KubeClient(self._config())
+
+    def _calls(self, kube: KubeClient) -> list[tuple[str, str, str, str | None]]:
+        """(verb, resource, API group, namespace or ``None`` for cluster-wide) of every call
+        the fault will make."""
+        ns = self.fault.namespace
+        if self.kind == "kubernetes.delete_pod":
+            return [(verb, "pods", "", ns) for verb in ("list", "watch", "delete")]
+        if self.kind == "kubernetes.scale":
+            return [(verb, "deployments/scale", "apps", ns) for verb in ("get", "patch")]
+        node: list[tuple[str, str, str, str | None]] = [
+            ("get", "nodes", "", None),
+            ("patch", "nodes", "", None),
+        ]
+        if self.kind == "kubernetes.cordon":
+            return node
+        victims = sorted({p["metadata"]["namespace"] for p in kube.pods_on_node(self.target)})
+        return [
+            *node,
+            ("list", "pods", "", None),
+            *[("create", "pods/eviction", "", n) for n in victims],
+        ]
+
+    def _permitted(self, kube: KubeClient) -> None:
+        """Every call the fault will make is allowed for this user, as the API server's
+        authorizer (RBAC) says (``SelfSubjectAccessReview``); else an ``InputError`` naming
+        each verb, resource and namespace refused."""
+        refused = []
+        for verb, resource, group, ns in self._calls(kube):
+            allowed, reason = kube.may(verb, resource, ns, group)
+            if not allowed:
+                where = f" in namespace {ns!r}" if ns else " (cluster-wide)"
+                refused.append(f"{verb} {resource}{where}" + (f" ({reason})" if reason else ""))
+        if refused:
+            config = kube.config
+            raise InputError(
+                f"{self.kind} {self.target}: {kube.whoami()!r} (kubeconfig user {config.user!r}, "
+                f"context {config.context!r}) may not {'; '.join(refused)}: the cluster's RBAC "
+                "forbids it, so nothing was applied"
+            )
 
     def _selection(self, kube: KubeClient) -> list[dict[str, Any]]:
         fault = self.fault
@@ -121,34 +181,42 @@ class KubernetesInjector:
         return sorted(chosen, key=lambda p: p["metadata"]["name"])
 
     def preflight(self) -> dict[str, Any]:
-        """What the fault would hit, read from the cluster; raises when it is not allowed."""
-        with self._client() as kube:
-            if self.kind == "kubernetes.delete_pod":
-                return {"pods": [_brief(p) for p in self._selection(kube)]}
-            if self.kind in ("kubernetes.cordon", "kubernetes.drain"):
-                node = kube.node(self.target)
-                pods = [_brief(p) for p in kube.pods_on_node(self.target)]
-                allowed = (self.scope or {}).get("allowed_namespaces", [])
-                foreign = sorted(
-                    {
-                        p["metadata"]["namespace"]
-                        for p in kube.pods_on_node(self.target)
-                        if p["metadata"]["namespace"] not in allowed
-                    }
+        """What the fault would hit, read from the cluster; raises when it is not allowed (the
+        context, the namespaces, ``max_pods``, or RBAC for any call it will make)."""
+        try:
+            with self._client() as kube:
+                self._permitted(kube)
+                return self._would_hit(kube)
+        except KubeError as exc:
+            raise InputError(f"{self.kind} {self.target}: {exc}") from None
+
+    def _would_hit(self, kube: KubeClient) -> dict[str, Any]:
+        if self.kind == "kubernetes.delete_pod":
+            return {"pods": [_brief(p) for p in self._selection(kube)]}
+        if self.kind in ("kubernetes.cordon", "kubernetes.drain"):
+            node = kube.node(self.target)
+            on_node = kube.pods_on_node(self.target)
+            allowed = (self.scope or {}).get("allowed_namespaces", [])
+            foreign = sorted(
+                {
+                    p["metadata"]["namespace"]
+                    for p in on_node
+                    if p["metadata"]["namespace"] not in allowed
+                }
+            )
+            if self.kind == "kubernetes.drain" and foreign:
+                raise SafetyViolation(
+                    [
+                        f"kubernetes.drain {self.target}: the node runs pods of namespaces "
+                        f"that are not allowed ({', '.join(foreign)})"
+                    ]
                 )
-                if self.kind == "kubernetes.drain" and foreign:
-                    raise SafetyViolation(
-                        [
-                            f"kubernetes.drain {self.target}: the node runs pods of namespaces "
-                            f"that are not allowed ({', '.join(foreign)})"
-                        ]
-                    )
-                return {"node": node["metadata"]["name"], "pods": pods}
-            return {
-                "deployment": self.target,
-                "replicas": kube.scale(self.fault.namespace, self.target),
-                "to": self.fault.replicas,
-            }
+            return {"node": node["metadata"]["name"], "pods": [_brief(p) for p in on_node]}
+        return {
+            "deployment": self.target,
+            "replicas": kube.scale(self.fault.namespace, self.target),
+            "to": self.fault.replicas,
+        }
 
     def ledger_entry(self) -> dict[str, Any]:
         return {
@@ -168,10 +236,14 @@ class KubernetesInjector:
             if self.kind == "kubernetes.delete_pod":
                 # Every pod of the selection that exists now is not a replacement, however
                 # close its creation time (Kubernetes stamps whole seconds).
-                self.existing = {
-                    p["metadata"]["uid"] for p in kube.pods(self.fault.namespace, self.fault.target)
-                }
+                version, pods = kube.pods_with_version(self.fault.namespace, self.fault.target)
+                self.existing = {p["metadata"]["uid"] for p in pods}
                 chosen = self._selection(kube)
+                # Watch from before the delete, so that no replacement's event is missed.
+                self.watch = ReplacementWatch(
+                    kube.config, self.fault.namespace, self.fault.target, self.existing, version
+                )
+                self.watch.start()
                 for pod in chosen:
                     self.victims.append(_brief(pod))
                     kube.delete_pod(self.fault.namespace, pod["metadata"]["name"], self.fault.grace)
@@ -180,14 +252,17 @@ class KubernetesInjector:
                 node = kube.node(self.target)
                 self.previous = {"unschedulable": bool(node.get("spec", {}).get("unschedulable"))}
                 kube.set_unschedulable(self.target, True)
-                evicted = []
+                evicted: list[str] = []
+                refusals: dict[str, list[dict[str, Any]]] = {}
                 if self.kind == "kubernetes.drain":
                     for pod in kube.pods_on_node(self.target):
                         owners = pod["metadata"].get("ownerReferences") or []
                         if any(o.get("kind") == "DaemonSet" for o in owners):
                             continue
                         self.victims.append(_brief(pod))
-                        kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
+                        name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+                        refusals[name] = []
+                        self._evict(kube, pod, refusals[name])
                         evicted.append(pod["metadata"]["name"])
                 after = kube.node(self.target)
                 return {
@@ -195,6 +270,7 @@ class KubernetesInjector:
                     "node": self.target,
                     "unschedulable": bool(after.get("spec", {}).get("unschedulable")),
                     "evicted": evicted,
+                    "eviction_refusals": {k: v for k, v in refusals.items() if v},
                 }
             before = kube.scale(self.fault.namespace, self.target)
             self.previous = {"replicas": before}
@@ -205,6 +281,30 @@ class KubernetesInjector:
                 "replicas_before": before,
                 "replicas": kube.scale(self.fault.namespace, self.target),
             }
+
+    def _evict(self, kube: KubeClient, pod: dict[str, Any], refused: list[dict[str, Any]]) -> None:
+        """Evict ``pod``, retrying while a PodDisruptionBudget refuses (HTTP 429) for at most
+        the fault's ``eviction_timeout``, as ``kubectl drain`` does; each refusal is appended
+        to ``refused`` (it goes in the evidence)."""
+        meta = pod["metadata"]
+        deadline = time.monotonic() + float(self.fault.eviction_timeout)
+        wait = 0.5
+        while True:
+            try:
+                kube.evict(meta["namespace"], meta["name"])
+                return
+            except KubeError as exc:
+                if exc.status_code != 429:
+                    raise
+                refused.append({"at": time.time(), "status": 429, "message": str(exc)})
+                if time.monotonic() + wait > deadline:
+                    raise InjectionFailed(
+                        f"kubernetes.drain {self.target}: pod {meta['namespace']}/{meta['name']} "
+                        f"still not evicted after {len(refused)} tries in "
+                        f"{self.fault.eviction_timeout:g}s: {exc}"
+                    ) from None
+            time.sleep(wait)
+            wait = min(wait * 2, 5.0)
 
     def _gone(self, kube: KubeClient) -> list[dict[str, Any]]:
         """Evidence: each deleted pod is gone (or terminating) by its UID."""
@@ -227,23 +327,34 @@ class KubernetesInjector:
 
     def observe(self) -> dict[str, Any]:
         """Each deleted pod's replacement: a new pod of the same selection, and when it became
-        Ready."""
+        Ready: the moment the watch saw it (sub-second), with the API server's own
+        ``lastTransitionTime`` (whole seconds) beside it."""
         if self.kind != "kubernetes.delete_pod" or self.applied_at is None:
             return {}
+        watched: dict[str, dict[str, Any]] = {}
+        error = None
+        if self.watch is not None:
+            self.watch.stop()
+            watched, error = self.watch.seen, self.watch.error
         with self._client() as kube:
             pods = kube.pods(self.fault.namespace, self.fault.target)
         old = {v["uid"] for v in self.victims} | self.existing
-        fresh = sorted(
-            (
-                _brief(p)
-                for p in pods
-                if p["metadata"]["uid"] not in old
-                and (_epoch(p["metadata"].get("creationTimestamp")) or 0) >= self.applied_at - 1
-            ),
-            key=lambda p: p["created_at"] or 0,
+        fresh: dict[str, dict[str, Any]] = {
+            uid: dict(entry) for uid, entry in watched.items() if uid not in old
+        }
+        for pod in pods:  # what the watch may have missed (it failed, or it was never started)
+            uid = pod["metadata"]["uid"]
+            if uid in old:
+                continue
+            entry = fresh.setdefault(uid, {})
+            entry.update({k: v for k, v in _brief(pod).items() if entry.get(k) is None})
+        since = self.applied_at - 1
+        candidates = sorted(
+            (e for e in fresh.values() if (e.get("created_at") or 0) >= since),
+            key=lambda e: (e.get("created_at") or 0, e.get("seen_at") or 0),
         )
-        replacements = fresh[: len(self.victims)]
-        readies = [p["ready_at"] for p in replacements]
+        replacements = candidates[: len(self.victims)]
+        readies = [r.get("watched_ready_at") or r.get("ready_at") for r in replacements]
         return {
             "replacements": replacements,
             "ready_at": (
@@ -251,7 +362,73 @@ class KubernetesInjector:
                 if len(replacements) == len(self.victims) and None not in readies
                 else None
             ),
+            "ready_seen_by": "watch" if self.watch is not None and not error else "list",
+            **({"watch_error": error} if error else {}),
         }
+
+
+class ReplacementWatch:
+    """A watch on the pods of a selection, from a list's resourceVersion: for each pod not in
+    ``old``, when the harness first saw it and when it saw it Ready (its own clock, to the
+    millisecond), beside the API server's timestamps. Runs in a thread of its own with a client
+    of its own; a watch the API server ends (its timeout, or 410 Gone) is resumed."""
+
+    READ_TIMEOUT = 2.0
+    """A watch idle this long is re-opened (so that ``stop`` returns within it)."""
+
+    def __init__(
+        self, config: KubeConfig, namespace: str, selector: str, old: set[str], since: str | None
+    ) -> None:
+        self.namespace = namespace
+        self.selector = selector
+        self.old = set(old)
+        self.version = since
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.error: str | None = None
+        self._kube = KubeClient(config)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kube-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.READ_TIMEOUT + 5)
+        self._kube.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, pod in self._kube.watch_pods(
+                    self.namespace, self.selector, self.version, 300, self.READ_TIMEOUT
+                ):
+                    self.version = pod["metadata"].get("resourceVersion") or self.version
+                    self._saw(kind, pod)
+                    if self._stop.is_set():
+                        return
+            except (urllib3.exceptions.HTTPError, OSError):
+                continue  # idle past the read timeout, or the connection dropped: resume
+            except KubeError as exc:
+                if exc.status_code == 410:  # too old a version: list again, then watch on
+                    self.version, pods = self._kube.pods_with_version(self.namespace, self.selector)
+                    for pod in pods:
+                        self._saw("ADDED", pod)
+                    continue
+                self.error = str(exc)
+                return
+
+    def _saw(self, kind: str, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        if uid in self.old or kind == "BOOKMARK":
+            return
+        now = time.time()
+        entry = self.seen.setdefault(uid, {"seen_at": now})
+        entry.update(_brief(pod))
+        if _ready(pod) and "watched_ready_at" not in entry:
+            entry["watched_ready_at"] = now
+        if kind == "DELETED":
+            entry["deleted"] = True
 
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
+
 from drills.common.errors import ProvisionError, StackError
 from stack.provision import MARKER, _find_go, _fresh, _locked, _run, cache_root
 
@@ -39,6 +41,7 @@ logger = logging.getLogger(__name__)
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+STAGES = Path(__file__).resolve().parent / "deploy" / "kwok" / "stages.yaml"
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -218,10 +221,24 @@ def ensure_kube_binaries() -> KubeBinaries:
 class KwokCluster:
     """One KWOK cluster (real control plane, simulated nodes) in ``workdir``."""
 
-    def __init__(self, name: str, workdir: Path, binaries: KubeBinaries) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        binaries: KubeBinaries,
+        *,
+        ready_delay: float = 0.0,
+        tokens: dict[str, tuple[str, list[str]]] | None = None,
+    ) -> None:
+        """``ready_delay``: seconds a pod stays Running but not Ready (a model loading; a
+        pod's ``pod-ready.stage.kwok.x-k8s.io/delay`` annotation overrides it). ``tokens``:
+        bearer token -> (user, groups) the API server accepts besides its admin certificate
+        (``--token-auth-file``), as EKS's authenticator maps an exec plugin's token to a user."""
         self.name = name
         self.workdir = workdir
         self.binaries = binaries
+        self.ready_delay = ready_delay
+        self.tokens = dict(tokens or {})
 
     @property
     def kubeconfig(self) -> Path:
@@ -237,25 +254,48 @@ class KwokCluster:
     def _config(self) -> Path:
         b = self.binaries
         path = self.workdir / "kwokctl.yaml"
-        # A pod becomes Ready some seconds after it starts running, like a model server that
-        # loads its weights: a drill then sees "replacement scheduled" and "replacement ready"
-        # as two distinct moments.
-        path.write_text(
-            f"""kind: KwokctlConfiguration
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-options:
-  runtime: binary
-  bindAddress: 127.0.0.1
-  kubeApiserverBinary: {b["kube-apiserver"]}
-  kubeControllerManagerBinary: {b["kube-controller-manager"]}
-  kubeSchedulerBinary: {b["kube-scheduler"]}
-  kwokControllerBinary: {b["kwok"]}
-  etcdBinary: {b["etcd"]}
-  kubectlBinary: {b["kubectl"]}
-  kubeVersion: {KUBERNETES_VERSION}
-"""
-        )
+        options = {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeApiserverBinary": str(b["kube-apiserver"]),
+            "kubeControllerManagerBinary": str(b["kube-controller-manager"]),
+            "kubeSchedulerBinary": str(b["kube-scheduler"]),
+            "kwokControllerBinary": str(b["kwok"]),
+            "etcdBinary": str(b["etcd"]),
+            "kubectlBinary": str(b["kubectl"]),
+            "kubeVersion": KUBERNETES_VERSION,
+        }
+        config: dict[str, object] = {
+            "kind": "KwokctlConfiguration",
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "options": options,
+        }
+        if self.tokens:
+            tokens = self.workdir / "tokens.csv"
+            tokens.write_text(
+                "".join(
+                    f'{token},{user},{user},"{",".join(groups)}"\n'
+                    for token, (user, groups) in self.tokens.items()
+                )
+            )
+            tokens.chmod(0o600)
+            config["componentsPatches"] = [
+                {
+                    "name": "kube-apiserver",
+                    "extraArgs": [{"key": "token-auth-file", "value": str(tokens)}],
+                }
+            ]
+        path.write_text(yaml.safe_dump_all([config, *self._stages()], sort_keys=False))
         return path
+
+    def _stages(self) -> list[dict[str, object]]:
+        """KWOK's default stages, with a pod's readiness ``ready_delay`` after it starts
+        running (stack/deploy/kwok/stages.yaml says why)."""
+        stages = list(yaml.safe_load_all(STAGES.read_text()))
+        for stage in stages:
+            if stage["metadata"]["name"] == "pod-ready":
+                stage["spec"]["delay"]["durationMilliseconds"] = int(self.ready_delay * 1000)
+        return stages
 
     def create(self, timeout: float = 180) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

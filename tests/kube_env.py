@@ -2,7 +2,13 @@
 and kube-scheduler (built from their Go modules and cached, see ``stack.kube``), run by KWOK's
 kwokctl, with KWOK playing three GPU nodes and one CPU node. The shipped manifests
 (stack/deploy/kubernetes) are applied to it: the vLLM Deployments request GPUs and are
-scheduled onto the GPU nodes; a deleted pod is really replaced by its ReplicaSet."""
+scheduled onto the GPU nodes; a deleted pod is really replaced by its ReplicaSet, and a pod
+becomes Ready ``READY_DELAY`` seconds after it starts running (a model loading).
+
+Besides the admin's client certificate, the API server accepts bearer tokens
+(``--token-auth-file``), as EKS's authenticator does: ``EXEC_TOKEN`` belongs to a cluster admin
+(what an exec credential plugin prints), ``READER_TOKEN`` to a user whose RBAC Role lets it
+only read the pods of namespace ``llm``."""
 
 from __future__ import annotations
 
@@ -14,11 +20,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drills.common.kube import KubeClient, load_kubeconfig
 from stack.kube import KwokCluster, ensure_kube_binaries
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "stack" / "deploy" / "kubernetes"
+READY_DELAY = 3.0
+"""Seconds from a pod running to its being Ready (the KWOK pod-ready Stage's delay)."""
+EXEC_TOKEN = "drills-exec-" + secrets.token_hex(8)
+READER_TOKEN = "drills-reader-" + secrets.token_hex(8)
+READER_RBAC = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pod-reader", "namespace": "llm"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "pod-reader", "namespace": "llm"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-reader",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "reader"}
+            ],
+        },
+    ],
+}
 
 
 def node(name: str, gpus: int) -> dict:
@@ -57,6 +95,56 @@ class Kube:
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.cluster.kubectl(*args, input=input)
 
+    def kubeconfig_for(self, folder: Path, name: str, user: dict) -> Path:
+        """A kubeconfig of its own for this cluster (its server and CA), whose one context
+        ``name`` authenticates as ``user`` (a kubeconfig ``user`` entry)."""
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        (cluster,) = admin["clusters"]
+        ca = cluster["cluster"].get("certificate-authority")
+        if ca and not Path(ca).is_absolute():
+            cluster["cluster"]["certificate-authority"] = str(self.kubeconfig.parent / ca)
+        path = folder / f"{name}.kubeconfig"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [cluster],
+                    "users": [{"name": f"{name}-user", "user": user}],
+                    "contexts": [
+                        {
+                            "name": name,
+                            "context": {"cluster": cluster["name"], "user": f"{name}-user"},
+                        }
+                    ],
+                    "current-context": name,
+                }
+            )
+        )
+        return path
+
+    def exec_kubeconfig(self, folder: Path) -> tuple[Path, Path]:
+        """A kubeconfig whose user is an exec credential plugin (as ``aws eks get-token``):
+        a script that prints an ``ExecCredential`` with ``EXEC_TOKEN`` and counts its runs in
+        the second path returned."""
+        runs = folder / "plugin-runs"
+        plugin = folder / "get-token"
+        plugin.write_text(
+            "#!/bin/sh\n"
+            f"echo run >> '{runs}'\n"
+            'printf \'{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", '
+            f'"status": {{"token": "{EXEC_TOKEN}"}}}}\'\n'
+        )
+        plugin.chmod(0o755)
+        user = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": str(plugin),
+                "interactiveMode": "Never",
+            }
+        }
+        return self.kubeconfig_for(folder, "eks", user), runs
+
     def ready_pods(self, selector: str, namespace: str = "llm") -> list[dict]:
         with self.client() as kube:
             pods = kube.pods(namespace, selector)
@@ -84,7 +172,13 @@ class Kube:
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     binaries = ensure_kube_binaries()  # built once, cached in ~/.cache/drills/kube
     work = tmp_path_factory.mktemp("kwok")
-    cluster = KwokCluster(f"drills-{secrets.token_hex(3)}", work, binaries)
+    cluster = KwokCluster(
+        f"drills-{secrets.token_hex(3)}",
+        work,
+        binaries,
+        ready_delay=READY_DELAY,
+        tokens={EXEC_TOKEN: ("eks-admin", ["system:masters"]), READER_TOKEN: ("reader", [])},
+    )
     cluster.create()
     try:
         context = load_kubeconfig(cluster.kubeconfig).context
@@ -96,6 +190,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}),
         )
         cluster.kubectl("apply", "-f", str(MANIFESTS))
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(READER_RBAC))
         env = Kube(cluster, context)
         env.wait_ready("app=vllm", 2)
         yield env

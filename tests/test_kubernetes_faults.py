@@ -1,24 +1,27 @@
 """Kubernetes faults against a real control plane (KWOK nodes and kubelets, real API server,
 scheduler and controllers), with the shipped manifests deployed: deleting a GPU pod, safety
-(allowed namespaces and contexts, blast radius, dry run), cordon, drain and scale."""
+(allowed namespaces and contexts, blast radius, RBAC, dry run), cordon, drain (and a
+PodDisruptionBudget that refuses it for a while) and scale; credentials from an exec plugin, as
+on EKS."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from drills.common.errors import ConfigError, SafetyViolation
+from drills.common.errors import ConfigError, InjectionFailed, InputError, SafetyViolation
 from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env
 from tests.helpers import anchored
-from tests.kube_env import MANIFESTS, Kube
+from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, Kube
 
 pytestmark = pytest.mark.kubernetes
 
@@ -26,12 +29,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def injector(
-    kube: Kube, max_pods: int = 10, contexts: list[str] | None = None, **spec: object
+    kube: Kube,
+    max_pods: int = 10,
+    contexts: list[str] | None = None,
+    kubeconfig: Path | str | None = "",
+    context: str | None = None,
+    **spec: object,
 ) -> object:
+    """``kubeconfig``: the cluster's admin one unless given (``None``: ``$KUBECONFIG``)."""
     fault = KubernetesFault.model_validate({"namespace": "llm", **spec})
     scope = {
-        "kubeconfig": str(kube.kubeconfig),
-        "context": None,
+        "kubeconfig": str(kube.kubeconfig) if kubeconfig == "" else kubeconfig,
+        "context": context,
         "allowed_contexts": contexts if contexts is not None else [kube.context],
         "allowed_namespaces": ["llm"],
     }
@@ -66,6 +75,145 @@ def test_delete_a_gpu_pod_and_watch_its_replacement_become_ready(kube: Kube) -> 
     assert observed["ready_at"] >= evidence["applied_at"] - 1
     assert fault.revert()["method"].startswith("none")
     kube.wait_ready("app=vllm", 2)
+
+
+def test_an_exec_plugin_signs_in_and_the_watch_times_the_replacement(
+    kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The EKS path: a merged ``KUBECONFIG`` whose context ``eks`` authenticates with a token
+    that an exec credential plugin prints. The replacement's readiness is what the watch saw:
+    it starts running at once and is Ready only after the Stage's model-load delay."""
+    exec_config, runs = kube.exec_kubeconfig(tmp_path)
+    monkeypatch.setenv("KUBECONFIG", f"{kube.kubeconfig}:{exec_config}")
+    before = {p["metadata"]["uid"] for p in kube.wait_ready("app=vllm", 2)}
+    fault = injector(
+        kube,
+        contexts=["eks"],
+        kubeconfig=None,
+        context="eks",
+        kind="kubernetes.delete_pod",
+        target="app=vllm",
+        gpu=True,
+    )
+    (victim,) = fault.preflight()["pods"]
+    evidence = fault.apply()
+    assert evidence["deleted"][0]["uid"] == victim["uid"]
+    assert runs.read_text().count("run") >= 1  # the plugin gave the credential
+    time.sleep(READY_DELAY + 2)
+    observed = fault.observe()
+    assert observed["ready_seen_by"] == "watch", observed
+    (new,) = observed["replacements"]
+    assert new["uid"] not in before and new["watched_ready_at"] == observed["ready_at"]
+    # Seen as soon as it was created, Ready only after the model-load delay (the API's own
+    # lastTransitionTime agrees, to its whole second).
+    assert new["watched_ready_at"] - new["seen_at"] >= READY_DELAY * 0.9, new
+    assert new["seen_at"] - evidence["applied_at"] < READY_DELAY, new
+    assert abs(new["ready_at"] - new["watched_ready_at"]) < 1.5, new
+    kube.wait_ready("app=vllm", 2)
+
+
+def test_rbac_that_forbids_a_call_refuses_the_fault_before_anything_is_touched(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """A user who may only read the pods of ``llm`` (a Role, a token file): the pod-loss fault
+    is refused at preflight, naming the verb, resource and namespace; so is a scale."""
+    (tmp_path / "token").write_text(READER_TOKEN)
+    reader = kube.kubeconfig_for(tmp_path, "reader", {"tokenFile": str(tmp_path / "token")})
+    before = sorted(p["metadata"]["uid"] for p in kube.wait_ready("app=vllm", 2))
+    delete = injector(
+        kube,
+        kubeconfig=reader,
+        contexts=["reader"],
+        kind="kubernetes.delete_pod",
+        target="app=vllm",
+    )
+    with pytest.raises(InputError) as caught:
+        delete.preflight()
+    message = str(caught.value)
+    assert message.startswith(
+        "kubernetes.delete_pod app=vllm: 'reader' (kubeconfig user 'reader-user', context "
+        "'reader') may not delete pods in namespace 'llm'"
+    ), message
+    assert "RBAC forbids it, so nothing was applied" in message
+    assert "list pods" not in message and "watch pods" not in message  # those it may
+    scale = injector(
+        kube,
+        kubeconfig=reader,
+        contexts=["reader"],
+        kind="kubernetes.scale",
+        target="gateway",
+        replicas=0,
+    )
+    with pytest.raises(
+        InputError,
+        match=r"may not get deployments/scale in namespace 'llm'.*; patch deployments/scale",
+    ):
+        scale.preflight()
+    assert sorted(p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")) == before
+    with kube.client() as admin:
+        assert admin.scale("llm", "gateway") == 2
+
+
+def _budget(kube: Kube, min_available: int) -> None:
+    """A PodDisruptionBudget on the vLLM pods; waits until its controller has counted them."""
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "vllm-budget", "namespace": "llm"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "vllm"}}},
+    }
+    kube.kubectl("apply", "-f", "-", input=json.dumps(pdb))
+    deadline = time.monotonic() + 30
+    while True:
+        status = json.loads(kube.kubectl("get", "pdb", "vllm-budget", "-n", "llm", "-o", "json"))
+        if status.get("status", {}).get("observedGeneration") == status["metadata"]["generation"]:
+            return
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+
+
+def test_a_drain_waits_while_a_disruption_budget_refuses_then_goes_on(kube: Kube) -> None:
+    pod = kube.wait_ready("app=vllm", 2)[0]
+    node, name = pod["spec"]["nodeName"], pod["metadata"]["name"]
+    drain = injector(kube, kind="kubernetes.drain", target=node, eviction_timeout="30s")
+    _budget(kube, 2)  # two pods, two must stay: no eviction allowed
+    relax = threading.Timer(3.0, _budget, (kube, 1))
+    relax.start()
+    try:
+        started = time.monotonic()
+        evidence = drain.apply()
+        took = time.monotonic() - started
+    finally:
+        relax.join()
+        kube.kubectl("delete", "pdb", "vllm-budget", "-n", "llm")
+        reverted = drain.revert()
+    assert reverted["method"] == f"uncordoned {node}"
+    assert name in evidence["evicted"]
+    refusals = evidence["eviction_refusals"][f"llm/{name}"]
+    assert len(refusals) >= 2 and {r["status"] for r in refusals} == {429}
+    assert "disruption budget" in refusals[0]["message"]
+    # Refused while the budget held (3 s), evicted at the next try after it relented (tries
+    # back off 0.5 s, 1 s, 2 s, ... up to 5 s).
+    assert refusals[-1]["at"] - refusals[0]["at"] < 3.5 and 3.0 <= took < 3.0 + 5.0 + 2.0
+    kube.wait_ready("app=vllm", 2)
+
+
+def test_a_budget_that_never_relents_fails_the_drain_within_its_bound(kube: Kube) -> None:
+    pod = kube.wait_ready("app=vllm", 2)[0]
+    node = pod["spec"]["nodeName"]
+    drain = injector(kube, kind="kubernetes.drain", target=node, eviction_timeout="2s")
+    _budget(kube, 2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(InjectionFailed, match=r"still not evicted after \d+ tries in 2s"):
+            drain.apply()
+        assert time.monotonic() - started < 10
+    finally:
+        kube.kubectl("delete", "pdb", "vllm-budget", "-n", "llm")
+        assert drain.revert()["method"] == f"uncordoned {node}"
+    with kube.client() as client:
+        assert not client.node(node)["spec"].get("unschedulable")
+    assert pod["metadata"]["uid"] in {p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")}
 
 
 def test_modes_choose_how_many(kube: Kube) -> None:
@@ -110,8 +258,6 @@ def test_safety_refuses_before_any_call_changes_anything(kube: Kube) -> None:
         injector(
             kube, max_pods=1, kind="kubernetes.delete_pod", target="app=vllm", mode="all"
         ).apply()
-    from drills.common.errors import InjectionFailed
-
     with pytest.raises(InjectionFailed, match="matches no pod"):
         injector(kube, kind="kubernetes.delete_pod", target="app=nothing").apply()
     assert sorted(p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")) == before
@@ -172,15 +318,20 @@ def test_cordon_drain_and_scale_are_reverted(kube: Kube) -> None:
 
 @pytest.mark.stack
 def test_a_drill_deletes_the_pod_and_measures_its_replacement(
-    kube: Kube, stack: object, tmp_path: Path
+    kube: Kube, stack: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The whole drill, signed in as on EKS (an exec credential plugin, in a merged
+    ``KUBECONFIG``); then the same drill as a user whose RBAC only lets it read pods is refused
+    before its first phase, with nothing deleted."""
     from drills.engine.runner import Runner, RunOptions
     from drills.model.scenario import Attach
 
+    exec_config, runs = kube.exec_kubeconfig(tmp_path)
+    monkeypatch.setenv("KUBECONFIG", f"{kube.kubeconfig}:{exec_config}")
     source = ROOT / "tests" / "scenarios" / "short-pod-loss-k8s.yaml"
     data = yaml.safe_load(anchored(source.read_text(), source.parent))
-    data["kubernetes"]["kubeconfig"] = str(kube.kubeconfig)
-    data["kubernetes"]["allowed_contexts"] = [kube.context]
+    data["kubernetes"]["context"] = "eks"
+    data["kubernetes"]["allowed_contexts"] = ["eks", "reader"]
     path = tmp_path / "drill.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     before = {p["metadata"]["uid"] for p in kube.wait_ready("app=vllm", 2)}
@@ -192,10 +343,29 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
     )
     journal = Runner(scenario, doc, options).run().model_dump(mode="json")
     assert journal["verdict"] == "passed", [c for c in journal["checks"] if not c["passed"]]
+    assert runs.exists()  # signed in through the plugin
     (fault,) = journal["faults"]
     (planned,) = fault["preflight"]["pods"]
     (deleted,) = fault["evidence"]["deleted"]
     assert planned["uid"] == deleted["uid"] and deleted["uid"] in before
     (new,) = fault["after"]["replacements"]
-    assert new["uid"] not in before and new["ready_at"]
+    assert new["uid"] not in before and new["watched_ready_at"]
+    assert fault["after"]["ready_seen_by"] == "watch"
+    (ready,) = [c for c in journal["checks"] if c["check"] == "replacement_ready_within"]
+    assert ready["value"] >= READY_DELAY  # the model-load delay is measured, not skipped
     kube.wait_ready("app=vllm", 2)
+
+    (tmp_path / "token").write_text(READER_TOKEN)
+    kube.kubeconfig_for(tmp_path, "reader", {"tokenFile": str(tmp_path / "token")})
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "reader.kubeconfig"))
+    data["kubernetes"]["context"] = "reader"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scenario, doc = load_scenario(path)
+    uids = {p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")}
+    with pytest.raises(InputError) as caught:
+        Runner(scenario, doc, options).run()
+    assert f"{path}:" in str(caught.value) and "phases[1].inject[0]" in str(caught.value)
+    assert "'reader' (kubeconfig user 'reader-user', context 'reader') may not delete pods" in str(
+        caught.value
+    )
+    assert {p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")} == uids

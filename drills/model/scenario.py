@@ -361,6 +361,9 @@ class KubernetesFault(FaultSpec):
     """delete_pod: the pods' termination grace period."""
     replicas: int | None = Field(default=None, ge=0)
     """scale: the replica count during the fault (restored on revert)."""
+    eviction_timeout: Duration = Field(default=60.0, gt=0)
+    """drain: how long to keep retrying an eviction that a PodDisruptionBudget refuses (HTTP
+    429), as ``kubectl drain`` does; every refusal is in the fault's evidence."""
 
     @model_validator(mode="after")
     def _coherent(self) -> KubernetesFault:
