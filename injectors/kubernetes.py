@@ -375,6 +375,8 @@ class ReplacementWatch:
 
     READ_TIMEOUT = 2.0
     """A watch idle this long is re-opened (so that ``stop`` returns within it)."""
+    LIFETIME = 3600.0
+    """A watch nobody stopped (a run that died before observing) ends by itself after this."""
 
     def __init__(
         self, config: KubeConfig, namespace: str, selector: str, old: set[str], since: str | None
@@ -398,7 +400,8 @@ class ReplacementWatch:
         self._kube.close()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        ends = time.monotonic() + self.LIFETIME
+        while not self._stop.is_set() and time.monotonic() < ends:
             try:
                 for kind, pod in self._kube.watch_pods(
                     self.namespace, self.selector, self.version, 300, self.READ_TIMEOUT
