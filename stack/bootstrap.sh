@@ -39,6 +39,18 @@ if ! command -v dockerd >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-
   echo "bootstrap: installing Docker (docker.io) for the container fault tests" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io) >&2
 fi
+# The ssh:// Docker test reaches that engine through a real sshd on loopback (started by the
+# test); the package is installed without starting the system's ssh service (policy-rc.d).
+if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing OpenSSH's server for the ssh:// Docker test (not started)" >&2
+  held=""
+  if ! [ -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    held=1
+  fi
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server) >&2
+  if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
+fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
 [ $# -gt 0 ] || set -- drills --help

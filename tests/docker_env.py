@@ -184,3 +184,80 @@ def _unmount_under(root: Path) -> None:
         points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
     for point in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", point], capture_output=True, check=False)
+
+
+@dataclass
+class SshDocker:
+    host: str
+    """``ssh://root@127.0.0.1:PORT``: the test daemon behind a real sshd."""
+    bin_dir: Path
+    """Put first on PATH: an ``ssh`` that is OpenSSH's with this session's config (key, known
+    host), the way a user's ``~/.ssh/config`` would say it, without touching theirs."""
+
+
+@pytest.fixture(scope="session")
+def ssh_docker(
+    docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SshDocker]:
+    """The test daemon reached as ``docker -H ssh://...`` reaches a remote one: OpenSSH's sshd
+    on loopback (Debian's openssh-server, which stack/bootstrap.sh installs as root), which runs
+    ``docker system dial-stdio`` for the client with ``DOCKER_HOST`` pointing at the daemon."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not Path(sshd).exists() or not shutil.which("ssh"):
+        pytest.fail("the ssh:// test needs OpenSSH (Debian's openssh-server and -client) and root")
+    work = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "client_key"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / name)], check=True
+        )
+    (work / "authorized_keys").write_text((work / "client_key.pub").read_text())
+    port = free_port()
+    (work / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work / 'host_key'}\n"
+        f"AuthorizedKeysFile {work / 'authorized_keys'}\nPidFile {work / 'sshd.pid'}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        f"SetEnv DOCKER_HOST={docker_env.host}\n"
+    )
+    host_key = (work / "host_key.pub").read_text().split()
+    (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
+    (work / "ssh_config").write_text(
+        f"Host 127.0.0.1\n  IdentityFile {work / 'client_key'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {work / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        "  BatchMode yes\n"
+    )
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    ssh = shutil.which("ssh")
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\nexec {ssh} -F {work / "ssh_config"} "$@"\n')
+    (bin_dir / "ssh").chmod(0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
+    log = open(work / "sshd.log", "wb")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", str(work / "sshd_config")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            probe = subprocess.run(
+                [str(bin_dir / "ssh"), "-p", str(port), "root@127.0.0.1", "true"],
+                capture_output=True,
+                timeout=20,
+            )
+            if probe.returncode == 0:
+                break
+            assert proc.poll() is None, (work / "sshd.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, probe.stderr.decode()[-2000:]
+            time.sleep(0.3)
+        yield SshDocker(f"ssh://root@127.0.0.1:{port}", bin_dir)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -5,6 +5,7 @@ sweep after a crash, and a selector that matches nothing."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from drills.engine.ledger import Ledger
 from drills.model.scenario import DockerFault
 from injectors.base import InjectionContext, build
 from tests.conftest import drills_cli, free_port, isolated_env
-from tests.docker_env import IMAGE, NETWORK, DockerEnv
+from tests.docker_env import IMAGE, NETWORK, DockerEnv, SshDocker
 from tests.helpers import drill_with_docker_fault
 
 pytestmark = pytest.mark.docker
@@ -211,6 +212,27 @@ def test_tls_comes_from_the_environment_as_for_the_docker_cli(
     monkeypatch.delenv("DOCKER_CERT_PATH")
     with pytest.raises(DockerError, match=rf"^Docker at {docker_env.tls_host}: "):
         DockerClient().ping()
+
+
+def test_a_daemon_over_ssh_is_reached_through_the_ssh_client(
+    docker_env: DockerEnv, ssh_docker: SshDocker, pair: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``host: ssh://root@127.0.0.1:PORT``: the client runs ``ssh ... docker system
+    dial-stdio`` (keys and known hosts from the ssh config), and a fault lands and is undone
+    on the daemon behind it."""
+    monkeypatch.setenv("PATH", f"{ssh_docker.bin_dir}:{os.environ['PATH']}")
+    with DockerClient(ssh_docker.host) as client:
+        client.ping()
+        assert client.api_version == docker_env.client.api_version
+    spec = DockerFault.model_validate(
+        {"kind": "docker.pause", "target": pair[0], "host": ssh_docker.host}
+    )
+    pause = build(spec, InjectionContext("run-ssh", ""), 0)
+    assert [c["name"] for c in pause.preflight()["containers"]] == [pair[0]]
+    pause.apply()
+    assert docker_env.client.inspect(pair[0])["State"]["Paused"]
+    pause.revert()
+    assert not docker_env.client.inspect(pair[0])["State"]["Paused"]
 
 
 def test_preflight_reads_what_would_be_hit_and_refuses_what_cannot_be(
