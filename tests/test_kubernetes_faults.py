@@ -154,6 +154,61 @@ def test_rbac_that_forbids_a_call_refuses_the_fault_before_anything_is_touched(
         assert admin.scale("llm", "gateway") == 2
 
 
+def test_inside_a_pod_the_service_account_is_used(
+    kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No kubeconfig, ``KUBERNETES_SERVICE_HOST`` set: drills signs in with the service
+    account Kubernetes mounts in its pod (a real token from the TokenRequest API, the cluster's
+    CA), as when a game day runs drills as a Job in the cluster."""
+    import drills.common.kube as kube_module
+    from drills.common.kube import IN_CLUSTER, KubeClient, load_kubeconfig
+
+    kube.kubectl("create", "serviceaccount", "drills", "-n", "llm")
+    kube.kubectl(
+        "create", "rolebinding", "drills-reads", "-n", "llm", "--role=pod-reader",
+        "--serviceaccount=llm:drills",
+    )  # fmt: skip
+    mounted = tmp_path / "serviceaccount"
+    mounted.mkdir()
+    (mounted / "token").write_text(kube.kubectl("create", "token", "drills", "-n", "llm").strip())
+    admin = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]["cluster"]
+    (mounted / "ca.crt").write_text(Path(admin["certificate-authority"]).read_text())
+    (mounted / "namespace").write_text("llm")
+    host, port = admin["server"].removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setattr(kube_module, "SERVICE_ACCOUNT", mounted)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    config = load_kubeconfig()
+    assert (config.context, config.server) == (IN_CLUSTER, admin["server"])
+    with KubeClient(config) as client:
+        assert client.whoami() == "system:serviceaccount:llm:drills"
+        assert len(client.pods("llm", "app=vllm")) == 2
+    # It may read pods but not delete them: refused before anything is touched.
+    fault = injector(
+        kube,
+        kubeconfig=None,
+        contexts=[IN_CLUSTER],
+        kind="kubernetes.delete_pod",
+        target="app=vllm",
+    )
+    with pytest.raises(
+        InputError, match=r"'system:serviceaccount:llm:drills' .* may not delete pods in names"
+    ):
+        fault.preflight()
+
+
+def test_lists_are_read_page_by_page(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One item per page: every pod still comes back, through the API's ``continue`` tokens."""
+    import drills.common.kube as kube_module
+
+    with kube.client() as client:
+        whole = [p["metadata"]["uid"] for p in client.pods("llm")]
+        monkeypatch.setattr(kube_module, "PAGE", 1)
+        paged = [p["metadata"]["uid"] for p in client.pods("llm")]
+    assert len(whole) >= 5 and paged == whole
+
+
 def _budget(kube: Kube, min_available: int) -> None:
     """A PodDisruptionBudget on the vLLM pods; waits until its controller has counted them."""
     pdb = {

@@ -35,7 +35,14 @@ from kubernetes.config.exec_provider import ExecProvider
 
 from drills.common.errors import InputError, KubeError
 
-__all__ = ["IN_CLUSTER", "KubeClient", "KubeConfig", "KubeError", "load_kubeconfig"]
+__all__ = [
+    "IN_CLUSTER",
+    "SERVICE_ACCOUNT",
+    "KubeClient",
+    "KubeConfig",
+    "KubeError",
+    "load_kubeconfig",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +71,24 @@ def _files(path: str | Path | None) -> tuple[str, list[str]]:
     return wanted, [p for p in parts if Path(p).expanduser().exists()]
 
 
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where Kubernetes mounts a pod's service account (``token``, ``ca.crt``)."""
+
+
 def _in_cluster() -> KubeConfig:
+    """The pod's own service account (as ``kubectl`` falls back to it): the API server from
+    ``KUBERNETES_SERVICE_HOST``/``_PORT``, the token re-read as the kubelet rotates it."""
     configuration = client.Configuration()
     try:
-        incluster_config.load_incluster_config(client_configuration=configuration)
+        incluster_config.InClusterConfigLoader(
+            token_filename=str(SERVICE_ACCOUNT / "token"),
+            cert_filename=str(SERVICE_ACCOUNT / "ca.crt"),
+        ).load_and_set(configuration)
     except ConfigException as exc:
-        raise InputError(f"in-cluster Kubernetes config: {exc}") from None
-    return KubeConfig(IN_CLUSTER, IN_CLUSTER, configuration.host, "serviceaccount", configuration)
+        raise InputError(f"in-cluster Kubernetes config ({SERVICE_ACCOUNT}): {exc}") from None
+    namespace = SERVICE_ACCOUNT / "namespace"
+    user = f"serviceaccount ({namespace.read_text().strip()})" if namespace.exists() else ""
+    return KubeConfig(IN_CLUSTER, IN_CLUSTER, configuration.host, user, configuration)
 
 
 @contextlib.contextmanager
