@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from drills.common.errors import SafetyViolation
+from drills.common.errors import InputError, SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
+from drills.engine.hardware import HARDWARE_KINDS
 from drills.engine.runner import RunOptions, attach_of, attach_urls
 from drills.engine.safety import (
     SafetyPolicy,
@@ -75,6 +76,8 @@ def dry_run(
         would_hit: Any = None
         if w.kind.startswith(("kubernetes.", "docker.")):
             would_hit = _preflight_hits(scenario, doc, policy, spec)
+        elif w.kind.startswith(HARDWARE_KINDS):
+            would_hit = _hardware_hits(spec)
         faults.append(
             {
                 "phase": scenario.phases[w.phase].name,
@@ -94,10 +97,13 @@ def dry_run(
         check_scenario(scenario, doc, policy, attach_urls(attach))
     except SafetyViolation as exc:
         refused = exc.problems
+    cannot_run: list[str] = []
     for fault in faults:
         hit = fault["would_hit"]
         if isinstance(hit, dict) and "refused" in hit:
             refused.append(f"{fault['kind']} on {fault['target']}: {hit['refused']}")
+        if isinstance(hit, dict) and "cannot_run" in hit:
+            cannot_run.append(hit["cannot_run"])
     offset, phases = 0.0, []
     for phase in scenario.phases:
         phases.append({"name": phase.name, "from": offset, "to": offset + phase.duration})
@@ -116,6 +122,7 @@ def dry_run(
         "phases": phases,
         "faults": faults,
         "checks": [c.label for c in scenario.expect],
+        "cannot_run_here": cannot_run,
         "safety": {"policy": policy.source, "refused": refused},
     }
 
@@ -140,6 +147,18 @@ def _preflight_hits(
         return build(spec, context, 0).preflight()  # type: ignore[attr-defined]
     except Exception as exc:
         return {"refused": str(exc)}
+
+
+def _hardware_hits(spec: Any) -> dict[str, Any]:
+    """The device a GPU fault would squeeze, read through NVML (nothing held), or why it
+    cannot run on this host (a run is then refused before anything starts)."""
+    from injectors.base import InjectionContext, build
+
+    try:
+        found: dict[str, Any] = build(spec, InjectionContext("dry-run", ""), 0).preflight()  # type: ignore[attr-defined]
+    except InputError as exc:
+        return {"cannot_run": str(exc)}
+    return found
 
 
 def _stack_lines(stack: dict[str, Any]) -> list[str]:
@@ -194,6 +213,14 @@ def describe(plan: dict[str, Any]) -> list[str]:
                         f"             would hit pod {pod['name']} (uid {pod['uid']}, "
                         f"node {pod['node']})"
                     )
+            elif isinstance(hit, dict) and "cannot_run" in hit:
+                lines.append(f"             CANNOT RUN HERE: {hit['cannot_run']}")
+            elif isinstance(hit, dict) and "would_hold_bytes" in hit:
+                lines.append(
+                    f"             would hold {hit['would_hold_bytes'] / 2**30:.1f} GiB of GPU "
+                    f"{hit['device']} ({hit['name']}: {hit['memory_used'] / 2**30:.1f} of "
+                    f"{hit['memory_total'] / 2**30:.1f} GiB in use now)"
+                )
             elif isinstance(hit, dict) and hit.get("containers") is not None:
                 for box in hit["containers"]:
                     lines.append(
@@ -201,6 +228,8 @@ def describe(plan: dict[str, Any]) -> list[str]:
                         f"{box['status']}) on {hit['host']} (API {hit['api_version']})"
                     )
     lines.append("  checks: " + "; ".join(plan["checks"]))
+    for reason in plan.get("cannot_run_here", []):
+        lines.append(f"  this host: CANNOT RUN HERE (a run is refused, exit 2): {reason}")
     refused = plan["safety"]["refused"]
     lines.append(
         f"  safety ({plan['safety']['policy']}): "

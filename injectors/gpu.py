@@ -19,15 +19,27 @@ import sys
 import time
 from typing import Any
 
-from drills.common.errors import DrillsError
+from drills.common.errors import DrillsError, InputError
 from drills.common.system import revert_helper_entry, start_time
 from injectors.base import InjectionContext
 
-__all__ = ["GpuUnavailable", "MemoryPressure", "gpu_samples", "nvml_status", "revert_entry"]
+__all__ = [
+    "GpuUnavailable",
+    "MemoryPressure",
+    "NeedsGpu",
+    "gpu_samples",
+    "nvml_status",
+    "revert_entry",
+]
 
 
 class GpuUnavailable(DrillsError):
     """No usable NVML / CUDA driver here: GPU telemetry and faults cannot run."""
+
+
+class NeedsGpu(InputError):
+    """A drill with a GPU fault, where NVML finds no NVIDIA GPU (or not the one named): it is
+    refused before anything starts (exit 2), never run and never passed."""
 
 
 def _nvml() -> Any:
@@ -107,6 +119,32 @@ class MemoryPressure:
 
     def ledger_entry(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": self.target, **self.entry}
+
+    def preflight(self) -> dict[str, Any]:
+        """The device it would squeeze, read through NVML (nothing is held); ``NeedsGpu`` when
+        there is no NVIDIA GPU here, or no device of that index."""
+        status = nvml_status()
+        if not status["available"]:
+            raise NeedsGpu(
+                f"{self.kind} on GPU {self.target} needs an NVIDIA GPU on this host "
+                f"(NVML found none: {status['reason']})"
+            )
+        devices = status["devices"]
+        index = int(self.target)
+        if index >= len(devices):
+            found = ", ".join(f"{d['index']} ({d['name']})" for d in devices)
+            raise NeedsGpu(
+                f"{self.kind}: there is no GPU {index} on this host; NVML found "
+                f"{len(devices)}: {found}"
+            )
+        used, total = _memory(index)
+        return {
+            "device": index,
+            "name": devices[index]["name"],
+            "memory_used": used,
+            "memory_total": total,
+            "would_hold_bytes": int(total * self.fault.share),
+        }
 
     def apply(self) -> dict[str, Any]:
         device = int(self.target)

@@ -3,17 +3,18 @@ memory; without it (this project's CI machines) both must say so and never count
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from drills.checks import Evaluation, evaluate
-from drills.engine.runner import Runner, RunOptions
-from drills.model.scenario import Attach, Check, GpuMemoryPressureFault, load_scenario
+from drills.model.journal import Journal
+from drills.model.scenario import Check, GpuMemoryPressureFault, load_scenario
 from injectors.base import InjectionContext, build
 from injectors.gpu import GpuUnavailable, gpu_samples, nvml_status
-from tests.conftest import RunningStack
-from tests.helpers import anchored
+from tests.conftest import drills_cli, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
 STATUS = nvml_status()
@@ -72,30 +73,68 @@ def test_memory_pressure_holds_and_releases_or_says_why_not() -> None:
     assert injector.revert()["method"] == "released (holder stopped)"
 
 
-@pytest.mark.stack
-def test_a_drill_with_gpu_faults_on_a_machine_without_gpus_stops_and_says_why(
-    stack: RunningStack, toxi: object, tmp_path: Path
-) -> None:
+def test_a_gpu_drill_without_a_gpu_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The shipped gpu-memory-pressure drill on this machine: refused at once (exit 2), naming
+    the file, line and fault, before the stack is started or reached; its run directory still
+    holds a journal and reports saying why, every check "not run". It never passes here."""
     if STATUS["available"]:
-        pytest.skip("this machine has a GPU: the unavailable path does not apply")
-    path = tmp_path / "gpu.yaml"
-    path.write_text(
-        anchored(
-            (ROOT / "tests" / "scenarios" / "tiny.yaml").read_text(), ROOT / "tests" / "scenarios"
-        ).replace(
-            "{kind: toxiproxy.latency, target: vllm-0, latency: 200ms}",
-            "{kind: gpu.memory_pressure, target: '0', share: 0.5}",
+        pytest.skip("this machine has a GPU: the refusal does not apply")
+    drill = ROOT / "scenarios" / "gpu-memory-pressure.yaml"
+    # Attached to a listener of ours: the refusal must come before any call to the stack.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    result = subprocess.run(
+        drills_cli(
+            "run", str(drill), "--out", str(tmp_path / "runs"), "--gateway", url,
+            "--toxiproxy", url,
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=60,
+    )  # fmt: skip
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nobody called the stack
+    listener.close()
+    assert result.returncode == 2, result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if "needs an NVIDIA GPU" in x]
+    assert f"{drill}:49 phases[1].inject[0]: gpu.memory_pressure on GPU 0" in line
+    assert "(NVML found none: NVML unavailable" in line and "nothing was started" in line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert line.endswith(f"report: {run_dir / 'index.html'}")
+    journal = Journal.read(run_dir)
+    assert journal.verdict == "aborted" and journal.aborted
+    assert journal.aborted["cause"] == "needs_hardware" and journal.t0 is None
+    assert journal.records == [] and journal.faults == []
+    assert journal.checks and all(
+        not c.passed and c.reason.startswith("not run: gpu.memory_pressure on GPU 0 needs")
+        for c in journal.checks
+    )
+    assert "needs an NVIDIA GPU" in (run_dir / "index.html").read_text()
+    assert "ABORTED" in (run_dir / "summary.md").read_text()
+
+
+def test_the_gpu_drill_validates_and_dry_runs_here(tmp_path: Path) -> None:
+    drill = ROOT / "scenarios" / "gpu-memory-pressure.yaml"
+    env = isolated_env(tmp_path)
+    valid = subprocess.run(
+        drills_cli("validate", str(drill)), capture_output=True, text=True, env=env, timeout=60
+    )
+    assert valid.returncode == 0 and "valid drill" in valid.stdout, valid.stderr
+    plan = subprocess.run(
+        drills_cli("run", str(drill), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert plan.returncode == 0, plan.stderr
+    if STATUS["available"]:
+        assert "would hold " in plan.stdout and " GiB of GPU 0 (" in plan.stdout
+    else:
+        assert "CANNOT RUN HERE (a run is refused, exit 2): gpu.memory_pressure on GPU 0" in (
+            plan.stdout
         )
-        + "gpu_telemetry: true\n"
-    )
-    scenario, doc = load_scenario(path)
-    options = RunOptions(
-        out_dir=tmp_path / "runs",
-        ledger=tmp_path / "ledger.json",
-        attach=Attach(gateway=stack.gateway_url, toxiproxy=stack.toxiproxy_url),
-    )
-    journal = Runner(scenario, doc, options).run().model_dump(mode="json")
-    assert journal["status"] == "aborted" and journal["verdict"] == "aborted"
-    assert journal["aborted"]["reason"] == "a fault did not land"
-    assert "NVML unavailable" in journal["aborted"]["error"]
-    assert journal["gpu"] == STATUS

@@ -46,6 +46,7 @@ from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
+from drills.engine.hardware import refuse_without_hardware
 from drills.engine.ledger import Ledger
 from drills.engine.safety import (
     SafetyPolicy,
@@ -366,6 +367,10 @@ class Runner:
             check_profile(scenario, self.doc, self.options.profile)
         run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
+        # A GPU fault where there is no such GPU: refused now, before the stack starts.
+        refuse_without_hardware(
+            scenario, self.doc, self.run_id, run_dir, attach_of(scenario, self.options)
+        )
         with register_run(self.run_id, f"drill {scenario.drill}", run_dir) as abort_path:
             try:
                 return self._run(run_dir, abort_path)
