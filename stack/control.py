@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -488,13 +488,25 @@ def _install(config: StackConfig) -> None:
 
 
 def _side_by_side(jobs: list[Callable[[], object]]) -> None:
-    """Run ``jobs`` in threads; raise the first one's failure (once all have ended)."""
+    """Run ``jobs`` in threads; raise the first failure once all have ended (an install
+    cannot be stopped halfway), but say so the moment it happens."""
     if not jobs:
         return
+    failed: BaseException | None = None
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="install") as pool:
         futures = [pool.submit(job) for job in jobs]
-        for future in futures:
-            future.result()
+        for future in as_completed(futures):
+            error = future.exception()
+            if error is not None and failed is None:
+                failed = error
+                if any(not f.done() for f in futures):
+                    print(
+                        f"drills: an install failed: {error}; waiting for the others to end",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    if failed is not None:
+        raise failed
 
 
 _group_members = group_members  # the tests read it under this name

@@ -159,3 +159,41 @@ def test_tritons_sockets_fit_a_unix_socket_path_whatever_the_state_folder(tmp_pa
     assert workspace != deep / "triton-workspace"
     assert len(str(workspace / "minilm_0_0-server.sock")) <= SUN_PATH_MAX
     assert triton_workspace(deep) == workspace  # the same folder on every restart
+
+
+def test_installs_side_by_side_say_a_failure_at_once_and_raise_it_at_the_end(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import threading
+    import time
+
+    from drills.common.errors import ProvisionError
+    from stack.control import _side_by_side
+
+    ended: list[float] = []
+    said: list[str] = []
+    release = threading.Event()
+
+    def fails() -> None:
+        raise ProvisionError("building Toxiproxy failed")
+
+    def slow() -> None:
+        release.wait(10)  # until the failure has been said
+        ended.append(time.monotonic())
+
+    def watch_stderr() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not said:
+            said.extend(line for line in capsys.readouterr().err.splitlines() if "failed" in line)
+            time.sleep(0.05)
+        release.set()
+
+    watcher = threading.Thread(target=watch_stderr)
+    watcher.start()
+    with pytest.raises(ProvisionError, match="building Toxiproxy failed"):
+        _side_by_side([fails, slow])
+    watcher.join()
+    assert ended, "the slow install was waited for"
+    assert said == [
+        "drills: an install failed: building Toxiproxy failed; waiting for the others to end"
+    ]

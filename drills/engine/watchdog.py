@@ -34,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from drills.common.errors import StackError
 from drills.common.jsonl import read_jsonl
 from drills.common.system import start_time, stop_helper
 from drills.engine.faults import RETRY
@@ -61,7 +62,7 @@ class Watchdog:
 
     @classmethod
     def start(cls, run_id: str, ledger: Path, run_dir: Path) -> Watchdog:
-        """Start the run's watchdog and wait until it watches (raises ``RuntimeError`` if it
+        """Start the run's watchdog and wait until it watches (raises ``StackError`` if it
         does not: a drill must not apply a fault nobody would remove)."""
         log = run_dir / "watchdog.jsonl"
         stderr = open(run_dir / "watchdog.log", "ab")  # noqa: SIM115 (the child holds it)
@@ -103,7 +104,7 @@ class Watchdog:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            raise RuntimeError(
+            raise StackError(
                 f"the run's watchdog did not start (see {run_dir / 'watchdog.log'}); no fault "
                 "is applied without one"
             )
