@@ -244,10 +244,16 @@ class KubernetesInjector:
                     kube.config, self.fault.namespace, self.fault.target, self.existing, version
                 )
                 self.watch.start()
-                for pod in chosen:
-                    self.victims.append(_brief(pod))
-                    kube.delete_pod(self.fault.namespace, pod["metadata"]["name"], self.fault.grace)
-                return {"applied_at": self.applied_at, "deleted": self._gone(kube)}
+                try:
+                    for pod in chosen:
+                        self.victims.append(_brief(pod))
+                        kube.delete_pod(
+                            self.fault.namespace, pod["metadata"]["name"], self.fault.grace
+                        )
+                    return {"applied_at": self.applied_at, "deleted": self._gone(kube)}
+                except BaseException:
+                    self.watch.stop()  # a fault that did not land is never observed
+                    raise
             if self.kind in ("kubernetes.cordon", "kubernetes.drain"):
                 node = kube.node(self.target)
                 self.previous = {"unschedulable": bool(node.get("spec", {}).get("unschedulable"))}

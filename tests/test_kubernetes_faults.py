@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drills.common.errors import ConfigError, InjectionFailed, InputError, SafetyViolation
+from drills.common.errors import (
+    ConfigError,
+    InjectionFailed,
+    InputError,
+    KubeError,
+    SafetyViolation,
+)
 from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
@@ -152,6 +158,12 @@ def test_rbac_that_forbids_a_call_refuses_the_fault_before_anything_is_touched(
     assert sorted(p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")) == before
     with kube.client() as admin:
         assert admin.scale("llm", "gateway") == 2
+    # Applied without its preflight, the delete itself is forbidden: the fault fails, and the
+    # replacement watch it had started is stopped with it.
+    with pytest.raises(KubeError, match=r"HTTP 403: .*cannot delete resource \"pods\""):
+        delete.apply()
+    assert delete.watch is not None and not delete.watch._thread.is_alive()
+    assert sorted(p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")) == before
 
 
 def test_inside_a_pod_the_service_account_is_used(
