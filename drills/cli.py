@@ -98,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
         help="print the resolved targets, faults and timeline; touch nothing",
     )
     run.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    run.add_argument(
+        "--twin",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="run the drill on its twin NAME (every twin without NAME): a stack broken on "
+        "purpose; it passes when exactly the checks the twin names fail",
+    )
 
     gate = commands.add_parser(
         "gate", help="CI resilience gate: run drills, write JUnit + summary, fail on any check"
@@ -118,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _safety_args(gate)
     gate.add_argument("--dry-run", action="store_true", help="print each drill's plan; run none")
+    gate.add_argument(
+        "--twins",
+        action="store_true",
+        help="run each drill on its twins too, after its own stack (a JUnit suite per twin)",
+    )
 
     day = commands.add_parser(
         "gameday", help="run a game-day plan: drills, checkpoints for people, one report"
@@ -516,6 +529,13 @@ def _gate(args: argparse.Namespace) -> int:
             print()
         return EXIT_OK if allowed else EXIT_USAGE
     loaded = validate_all(files, options, options.safety)
+    if args.twins:
+        without = [str(p) for p, s in loaded if not s.twins]
+        if without:
+            print(
+                "no twins declared (run on their own stack only): " + ", ".join(without),
+                file=sys.stderr,
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     results = run_gate(
         loaded,
@@ -523,11 +543,17 @@ def _gate(args: argparse.Namespace) -> int:
         options,
         safety=args.safety,
         concurrency=args.concurrency,
+        twins=args.twins,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     paths = write_gate_reports(results, args.out)
     for result in results:
-        print(f"{result.verdict.upper():11} {result.drill}  ({result.path})")
+        print(f"{result.verdict.upper():11} {result.name}  ({result.path})")
+        outcome = result.journal.twin if result.journal else None
+        if outcome is not None:
+            if not outcome.held:
+                print(f"            {outcome.summary()}")
+            continue
         for check in result.failed_checks:
             runbook = check.runbook or (result.journal and result.journal.runbook) or "-"
             print(
@@ -654,6 +680,8 @@ def _run_drill(args: argparse.Namespace) -> int:
 
     options = _options(args)
     scenario, doc = load_scenario(args.scenario)
+    if args.twin is not None:
+        return _run_twins(scenario, doc, options, args)
     if args.dry_run:
         return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
     print(f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s)", file=sys.stderr)
@@ -670,6 +698,61 @@ def _run_drill(args: argparse.Namespace) -> int:
             print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
         return EXIT_FAULT_LEFT
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+
+
+def _run_twins(
+    scenario: Scenario, doc: YamlDocument, options: RunOptions, args: argparse.Namespace
+) -> int:
+    """``drills run X --twin [NAME]``: the drill on its twins, one after another."""
+    from drills.engine.twins import pick_twins, run_twin
+
+    twins = pick_twins(scenario, doc, args.twin or None)
+    if args.dry_run:
+        for twin in twins:
+            stack = f"profile {twin.profile}" if twin.profile else f"attach {twin.attach}"
+            print(f"twin {twin.key} ({stack}): must fail: {', '.join(twin.must_fail)}")
+            if twin.may_fail:
+                print(f"  may fail: {', '.join(twin.may_fail)}")
+            for hop in twin.absent:
+                print(f"  faults on {hop} are not applied (the twin's stack has none)")
+        return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
+    code = EXIT_OK
+    for twin in twins:
+        print(
+            f"drill {scenario.drill} on its twin {twin.key}: {twin.why or scenario.title} "
+            f"({scenario.duration:.0f}s)",
+            file=sys.stderr,
+        )
+        journal = run_twin(scenario, doc, twin, options)
+        outcome = journal.twin
+        assert outcome is not None
+        for check in journal.checks:
+            named = (
+                "must fail"
+                if check.label in outcome.must_fail
+                else "may fail"
+                if check.label in outcome.may_fail
+                else "must pass"
+            )
+            mark = "pass" if check.passed else "FAIL"
+            ok = (check.passed or named != "must pass") and (
+                not check.passed or named != "must fail"
+            )
+            print(
+                f"  {mark}  {check.label} [{named}{'' if ok else ': NOT AS DECLARED'}]: "
+                f"observed {check.observed_text}, expected {check.expected}"
+            )
+        for skipped in outcome.skipped_faults:
+            print(f"  not applied: {skipped}")
+        print(outcome.summary())
+        print(f"report: {Path(journal.run_dir) / 'index.html'}")
+        if journal.rollbacks.failed:
+            for line in journal.rollbacks.failed:
+                print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
+            return EXIT_FAULT_LEFT
+        if not outcome.held:
+            code = EXIT_FAILED
+    return code
 
 
 def _after_the_drill(profile: str, args: argparse.Namespace) -> None:

@@ -39,6 +39,12 @@ class GateResult:
     journal: Journal | None
     exit_code: int
     log: Path | None = None
+    twin: str | None = None
+    """The twin this run was on (``--twins``); its verdict is whether the twin held."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.drill} on its twin {self.twin}" if self.twin else self.drill
 
     @property
     def failed_checks(self) -> list[CheckResult]:
@@ -112,10 +118,11 @@ def run_gate(
     *,
     safety: Path | None = None,
     concurrency: int = 1,
+    twins: bool = False,
     say: Callable[[str], None] = lambda line: None,
 ) -> list[GateResult]:
-    """Run each drill in its own process, at most ``concurrency`` at once; return the results in
-    the order of ``files``."""
+    """Run each drill in its own process, at most ``concurrency`` at once, each followed by
+    its twins (``twins``); return the results in the order of ``files``."""
     from reports import load_journal
 
     runs = out / "runs"
@@ -124,11 +131,20 @@ def run_gate(
     for part in sorted(parts_for_all([s for _, s in files], options)):
         extra += ["--with", part]
 
-    def one(index: int, path: Path, scenario: Scenario) -> GateResult:
-        drill_out = runs / f"{index:02d}-{scenario.drill}"
+    jobs = [
+        (path, scenario, twin)
+        for path, scenario in files
+        for twin in [None, *([t.key for t in scenario.twins] if twins else [])]
+    ]
+
+    def one(index: int, path: Path, scenario: Scenario, twin: str | None) -> GateResult:
+        name = f"{scenario.drill}-twin-{twin}" if twin else scenario.drill
+        drill_out = runs / f"{index:02d}-{name}"
         drill_out.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "drills.cli", "run", str(path), "--out", str(drill_out)]
-        say(f"[gate] {index + 1}/{len(files)} {scenario.drill} ({path})")
+        if twin:
+            command += ["--twin", twin]
+        say(f"[gate] {index + 1}/{len(jobs)} {name} ({path})")
         log = drill_out / "drill.log"
         started = time.monotonic()
         if concurrency == 1:
@@ -150,16 +166,25 @@ def run_gate(
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
         verdict = journal.verdict if journal else "error"
+        if journal is not None and twin:
+            verdict = "passed" if journal.twin and journal.twin.held else "failed"
         say(
-            f"[gate] {scenario.drill}: {verdict} after {time.monotonic() - started:.0f}s"
+            f"[gate] {name}: {verdict} after {time.monotonic() - started:.0f}s"
             + ("" if journal else f" (no journal; exit code {code}; see {log})")
         )
         return GateResult(
-            path, scenario.drill, verdict, run_dirs[-1] if run_dirs else None, journal, code, log
+            path,
+            scenario.drill,
+            verdict,
+            run_dirs[-1] if run_dirs else None,
+            journal,
+            code,
+            log,
+            twin,
         )
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(one, i, p, s) for i, (p, s) in enumerate(files)]
+        futures = [pool.submit(one, i, p, s, t) for i, (p, s, t) in enumerate(jobs)]
         return [f.result() for f in futures]
 
 
@@ -171,9 +196,13 @@ def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
     junit = out / "junit.xml"
     junit.write_text(render_junit_suites("drills gate", journals))
     passed = sum(r.verdict == "passed" for r in results)
+    on_twins = [r for r in results if r.twin]
+    held = sum(r.verdict == "passed" for r in on_twins)
     lines = [
         f"## Resilience gate: **{'PASSED' if passed == len(results) else 'FAILED'}** "
-        f"({passed}/{len(results)} drills passed)",
+        f"({passed - held}/{len(results) - len(on_twins)} drills passed"
+        + (f", {held}/{len(on_twins)} twins held" if on_twins else "")
+        + ")",
         "",
     ]
     for result in results:
@@ -181,7 +210,7 @@ def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
             lines.append(render_markdown(result.journal, result.run_dir))
         else:
             lines += [
-                f"### Drill `{result.drill}`: **ERROR**",
+                f"### Drill `{result.name}`: **ERROR**",
                 "",
                 f"`{result.path}` produced no journal (exit code {result.exit_code}); "
                 f"its log: `{result.log}`",
@@ -200,10 +229,10 @@ def _append_errors(junit: Path, broken: list[GateResult]) -> None:
 
     root = ET.fromstring(junit.read_text())
     for result in broken:
-        suite = ET.SubElement(
-            root, "testsuite", name=f"drill:{result.drill}", tests="1", failures="0", errors="1"
-        )
-        case = ET.SubElement(suite, "testcase", classname=f"drills.{result.drill}", name="run")
+        kind = f"twin:{result.drill}:{result.twin}" if result.twin else f"drill:{result.drill}"
+        suite = ET.SubElement(root, "testsuite", name=kind, tests="1", failures="0", errors="1")
+        classname = f"drills.{result.drill}" + (f".twin.{result.twin}" if result.twin else "")
+        case = ET.SubElement(suite, "testcase", classname=classname, name="run")
         error = ET.SubElement(
             case, "error", message=f"the drill produced no journal (exit code {result.exit_code})"
         )

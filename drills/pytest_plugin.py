@@ -34,7 +34,7 @@ from drills.common.yamlsrc import YamlDocument
 from drills.engine.runner import Runner, RunOptions
 from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
-from drills.model.scenario import Attach, Scenario, load_scenario
+from drills.model.scenario import Attach, Scenario, Twin, load_scenario
 
 __all__ = ["DrillFailed", "DrillOutcome", "DrillSession"]
 
@@ -53,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--drills-state-dir", help="where a brought-up stack keeps its state")
     group.addoption("--drills-out", default="runs", help="where run directories go (runs/)")
     group.addoption("--drills-safety", help="safety policy file")
+    group.addoption(
+        "--drills-twins",
+        action="store_true",
+        help="collect each drill's twins too: a case per check, which passes when the check "
+        "does on the twin what the twin declares, and one saying the twin held",
+    )
     group.addoption(
         "--drills-keep-stack",
         action="store_true",
@@ -199,6 +205,18 @@ class DrillSession:
             return DrillOutcome(scenario, None, None, f"{type(exc).__name__}: {exc}")
         return DrillOutcome(scenario, Path(journal.run_dir), journal)
 
+    def run_twin(self, scenario: Scenario, doc: YamlDocument | None, twin: Twin) -> DrillOutcome:
+        """Run ``scenario`` on its twin ``twin`` (``drills.engine.twins``)."""
+        from drills.engine.twins import run_twin
+
+        try:
+            journal = run_twin(scenario, doc, twin, self.options(scenario))
+        except InputError:
+            raise
+        except Exception as exc:
+            return DrillOutcome(scenario, None, None, f"{type(exc).__name__}: {exc}")
+        return DrillOutcome(scenario, Path(journal.run_dir), journal)
+
     def finish(self) -> None:
         if self._owned_state is not None and not self._opt("drills_keep_stack"):
             from stack import control
@@ -237,6 +255,15 @@ class DrillFile(pytest.File):
         except InputError as exc:
             raise self.CollectError(str(exc)) from None
         yield Drill.from_parent(self, name=scenario.drill, scenario=scenario, doc=doc)
+        if self.config.getoption("drills_twins"):
+            for twin in scenario.twins:
+                yield TwinDrill.from_parent(
+                    self,
+                    name=f"{scenario.drill}[twin {twin.key}]",
+                    scenario=scenario,
+                    doc=doc,
+                    twin=twin,
+                )
 
 
 class Drill(pytest.Collector):
@@ -266,6 +293,25 @@ class Drill(pytest.Collector):
         if self._outcome is None:
             session: DrillSession = self.config.stash[_SESSION]
             self._outcome = session.run_loaded(self.scenario, self.doc)
+        return self._outcome
+
+
+class TwinDrill(Drill):
+    """A drill on one of its twins: it runs once, the first time one of its items runs."""
+
+    def __init__(self, *, twin: Twin, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.twin = twin
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for index, check in enumerate(self.scenario.expect):
+            yield TwinCheckItem.from_parent(self, name=check.label, index=index)
+        yield TwinHeldItem.from_parent(self, name="the twin held")
+
+    def outcome(self) -> DrillOutcome:
+        if self._outcome is None:
+            session: DrillSession = self.config.stash[_SESSION]
+            self._outcome = session.run_twin(self.scenario, self.doc, self.twin)
         return self._outcome
 
 
@@ -326,3 +372,41 @@ class RevertItem(_DrillItem):
                 "faults that could not be reverted:\n  "
                 + "\n  ".join(outcome.journal.rollbacks.failed)
             )
+
+
+class TwinCheckItem(_DrillItem):
+    """Passes when the check did on the twin what the twin says: failed when it must fail,
+    passed when it must pass (either way when it may fail)."""
+
+    def __init__(self, *, index: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+
+    def runtest(self) -> None:
+        outcome = self._ran()
+        assert outcome.journal is not None and outcome.journal.twin is not None
+        twin = outcome.journal.twin
+        check = outcome.checks[self.index]
+        if check.label in twin.missed:
+            raise DrillFailed(
+                f"{check.label} must fail on the twin {twin.name} and passed: observed "
+                f"{check.observed_text}, expected {check.expected}: the drill does not see "
+                f"this break\n  report: {outcome.run_dir}/index.html"
+            )
+        if check.label in twin.unnamed:
+            raise DrillFailed(
+                f"{check.label} failed on the twin {twin.name}, which does not name it: "
+                f"observed {check.observed_text}, expected {check.expected} ({check.reason})"
+                f"\n  report: {outcome.run_dir}/index.html"
+            )
+
+
+class TwinHeldItem(_DrillItem):
+    def runtest(self) -> None:
+        outcome = self._ran()
+        assert outcome.journal is not None and outcome.journal.twin is not None
+        twin = outcome.journal.twin
+        problems = [] if twin.held else [twin.summary()]
+        problems += [f"not reverted: {line}" for line in outcome.journal.rollbacks.failed]
+        if problems:
+            raise DrillFailed("\n".join(problems))

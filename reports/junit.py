@@ -6,7 +6,7 @@ from xml.etree import ElementTree as ET
 
 from drills.model.journal import Journal, RunStatus
 
-__all__ = ["junit_suite", "render_junit", "render_junit_suites"]
+__all__ = ["junit_suite", "render_junit", "render_junit_suites", "twin_suite"]
 
 XML_HEADER = '<?xml version="1.0" encoding="utf-8"?>\n'
 
@@ -33,6 +33,8 @@ def render_junit_suites(name: str, journals: list[Journal]) -> str:
 
 
 def junit_suite(journal: Journal) -> ET.Element:
+    if journal.twin is not None:
+        return twin_suite(journal)
     checks = journal.checks
     failed = journal.rollbacks.failed
     stopped = journal.status in (RunStatus.ABORTED, RunStatus.INTERRUPTED)
@@ -72,4 +74,55 @@ def junit_suite(journal: Journal) -> ET.Element:
         status = journal.status.value
         error = ET.SubElement(revert, "error", message=f"drill {status}", type=status)
         error.text = str(journal.aborted or status)
+    return suite
+
+
+def twin_suite(journal: Journal) -> ET.Element:
+    """A run on a twin: a case per check, which passes when the check did what the twin says
+    (failed when it must fail, passed when it must pass), and one for the twin as a whole."""
+    twin = journal.twin
+    assert twin is not None
+    classname = f"drills.{journal.drill}.twin.{twin.name}"
+    suite = ET.Element(
+        "testsuite",
+        name=f"twin:{journal.drill}:{twin.name}",
+        time=f"{journal.ended_at - journal.started_at:.3f}",
+        timestamp=str(journal.started_at),
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in (
+        ("run_id", journal.run_id),
+        ("status", journal.status.value),
+        ("twin_held", str(twin.held)),
+        ("twin_stack", twin.stack),
+        ("scenario_path", str(journal.scenario_path)),
+    ):
+        ET.SubElement(props, "property", name=key, value=value)
+    failures = 0
+    for check in journal.checks:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=check.label)
+        wrong = (check.label in twin.missed) or (check.label in twin.unnamed)
+        if wrong:
+            failures += 1
+            should = "fail" if check.label in twin.must_fail else "pass"
+            text = (
+                f"{check.label} must {should} on the twin {twin.name}: observed "
+                f"{check.observed_text}, expected {check.expected} ({check.reason})"
+            )
+            failure = ET.SubElement(case, "failure", message=text, type="TwinNotAsDeclared")
+            failure.text = text
+    held = ET.SubElement(suite, "testcase", classname=classname, name="the twin held")
+    if not twin.held:
+        failures += 1
+        failure = ET.SubElement(held, "failure", message=twin.summary(), type="TwinNotHeld")
+        failure.text = twin.summary()
+    if journal.rollbacks.failed:
+        failures += 1
+        failure = ET.SubElement(
+            held, "failure", message="a fault could not be reverted", type="RevertFailed"
+        )
+        failure.text = "\n".join(journal.rollbacks.failed)
+    suite.set("tests", str(len(journal.checks) + 1))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
     return suite

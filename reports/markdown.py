@@ -16,10 +16,43 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(journal: Journal, out_dir: Path) -> str:
+def _twin_lines(journal: Journal) -> list[str]:
+    twin = journal.twin
+    if twin is None:
+        return []
     lines = [
-        f"### Drill `{journal.drill}`: **{ICON.get(journal.verdict, journal.verdict)}**",
+        f"### Twin `{twin.name}` of drill `{journal.drill}`: "
+        f"**{'HELD' if twin.held else 'NOT HELD'}**",
         "",
+        f"{_cell(twin.summary())}  ",
+        f"stack: {_cell(twin.stack)}  ",
+        f"must fail: {_cell(', '.join(twin.must_fail))}"
+        + (f"; may fail: {_cell(', '.join(twin.may_fail))}" if twin.may_fail else ""),
+        "",
+    ]
+    return lines + [f"- not applied: {_cell(s)}" for s in twin.skipped_faults]
+
+
+def _twin_role(journal: Journal, label: str, passed: bool) -> str:
+    """What the twin says of this check, and whether the run bore it out."""
+    twin = journal.twin
+    assert twin is not None
+    if label in twin.must_fail:
+        return "must fail on the twin: " + ("**NOT AS DECLARED**" if passed else "as declared")
+    if label in twin.may_fail:
+        return "may fail on the twin"
+    return "must pass on the twin: " + ("as declared" if passed else "**NOT AS DECLARED**")
+
+
+def render_markdown(journal: Journal, out_dir: Path) -> str:
+    if journal.twin is not None:
+        lines = [*_twin_lines(journal), "", f"The drill on the twin: **{journal.verdict}**", ""]
+    else:
+        lines = [
+            f"### Drill `{journal.drill}`: **{ICON.get(journal.verdict, journal.verdict)}**",
+            "",
+        ]
+    lines += [
         f"{_cell(journal.title)}  ",
         f"run `{journal.run_id}`, {journal.ended_at - journal.started_at:.0f} s, "
         f"{len(journal.records)} requests, "
@@ -36,6 +69,8 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
                 result += f" ([runbook]({link}))"
         if check.disagrees:
             result += f" (the gateway's claim disagrees: {_cell(check.claim or '')})"
+        if journal.twin is not None:
+            result += f" ({_twin_role(journal, check.label, check.passed)})"
         lines.append(
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
             f"{_cell(check.observed_text)} | {result} |"

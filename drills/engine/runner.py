@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -63,6 +63,7 @@ from drills.load import LoadProcess, RecordReader, load_prompts
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import (
+    CheckResult,
     Journal,
     PhaseWindow,
     Probe,
@@ -70,6 +71,7 @@ from drills.model.journal import (
     RunStatus,
     StackInfo,
     TimelineEvent,
+    TwinOutcome,
 )
 from drills.model.records import Record
 from drills.model.scenario import (
@@ -82,6 +84,9 @@ from drills.model.scenario import (
 )
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, build
+
+if TYPE_CHECKING:
+    from drills.engine.twins import TwinPlan
 
 __all__ = [
     "Interrupted",
@@ -142,6 +147,8 @@ class RunOptions:
     with_parts: frozenset[str] = frozenset()
     """Optional parts of the profile to start even if the drill does not need them
     (``--with``; a game day or gate: what its other drills need). ``drills.engine.parts``."""
+    twin: TwinPlan | None = None
+    """Set when this run is on one of the drill's twins (``drills.engine.twins``)."""
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
@@ -365,7 +372,8 @@ class Runner:
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
             check_profile(scenario, self.doc, self.options.profile)
-        run_dir = self.options.out_dir / f"{scenario.drill}-{self.run_id}"
+        twin = f"twin-{self.options.twin.twin.key}-" if self.options.twin else ""
+        run_dir = self.options.out_dir / f"{scenario.drill}-{twin}{self.run_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
         # A GPU fault where there is no such GPU: refused now, before the stack starts.
         refuse_without_hardware(
@@ -593,6 +601,7 @@ class Runner:
             gpu=prober.gpu,
             retrieval=self.retrieval_status,
             checks=results,
+            twin=self._twin(results, status),
             run_dir=str(run_dir),
         )
         # What is written and what is returned are the same, secrets masked in both.
@@ -602,6 +611,13 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _twin(self, results: list[CheckResult], status: RunStatus) -> TwinOutcome | None:
+        if self.options.twin is None:
+            return None
+        from drills.engine.twins import twin_outcome
+
+        return twin_outcome(self.options.twin, results, status)
 
     def _evaluation(
         self,

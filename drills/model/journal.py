@@ -43,6 +43,7 @@ __all__ = [
     "Sample",
     "StackInfo",
     "TimelineEvent",
+    "TwinOutcome",
 ]
 
 FORMAT = 2
@@ -157,6 +158,75 @@ class CheckResult(_Model):
     """The gateway's claim and the harness's observation disagree (shown in the report)."""
 
 
+class TwinOutcome(_Model):
+    """A run on one of the drill's twins (``Scenario.twins``): a broken stack the drill must
+    fail on, naming the checks that catch it. The twin holds when the run completed and
+    exactly the checks it names failed (``may_fail`` ones either way)."""
+
+    name: str
+    why: str = ""
+    stack: str
+    """How the twin's stack was had, in words (its profile brought up; its gateway beside the
+    running stack's engines; an attached stack)."""
+    must_fail: list[str]
+    may_fail: list[str] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
+    """Every check that failed on the twin."""
+    skipped_faults: list[str] = Field(default_factory=list)
+    """Faults not applied: their target is one the twin's stack does not have (``absent``)."""
+    status: RunStatus = RunStatus.COMPLETED
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def missed(self) -> list[str]:
+        """Checks that must fail on the twin and passed: the drill cannot see that break."""
+        return [c for c in self.must_fail if c not in self.failed]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def unnamed(self) -> list[str]:
+        """Checks that failed on the twin and that it does not name."""
+        return [c for c in self.failed if c not in self.must_fail and c not in self.may_fail]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def held(self) -> bool:
+        return self.status is RunStatus.COMPLETED and not self.missed and not self.unnamed
+
+    @property
+    def cannot_tell(self) -> bool:
+        """The drill passed on the twin: it cannot tell this broken stack from a sound one."""
+        return self.status is RunStatus.COMPLETED and not self.failed
+
+    def summary(self) -> str:
+        """One line for a person."""
+        if self.status is not RunStatus.COMPLETED:
+            return (
+                f"twin {self.name}: NOT HELD: the run on the twin was {self.status.value}, so "
+                "what it catches is not known"
+            )
+        if self.cannot_tell:
+            return (
+                f"twin {self.name}: NOT HELD: the drill passed on it: this drill cannot tell a "
+                "broken stack from a sound one"
+            )
+        parts = []
+        if self.missed:
+            parts.append("passed but must fail: " + ", ".join(self.missed))
+        if self.unnamed:
+            parts.append("failed and not named by the twin: " + ", ".join(self.unnamed))
+        if parts:
+            return f"twin {self.name}: NOT HELD: " + "; ".join(parts)
+        return f"twin {self.name}: held: failed as declared: " + ", ".join(self.failed)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _computed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in ("missed", "unnamed", "held")}
+        return data
+
+
 class Rollbacks(_Model):
     failed: list[str] = Field(default_factory=list)
     """One line per fault whose revert failed (its ledger entry was kept for the next sweep)."""
@@ -200,6 +270,8 @@ class Journal(_Model):
     gpu: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
     checks: list[CheckResult] = Field(default_factory=list)
+    twin: TwinOutcome | None = None
+    """Set when the run was on one of the drill's twins (``drills run --twin``)."""
     run_dir: str
 
     @computed_field  # type: ignore[prop-decorator]

@@ -58,6 +58,7 @@ __all__ = [
     "LoadConfig",
     "Phase",
     "Scenario",
+    "Twin",
     "check_adapter_hops",
     "check_profile",
     "check_targets",
@@ -670,6 +671,58 @@ class SLO(_Model):
     window: Duration = 5.0
 
 
+class Twin(_Model):
+    """A broken stack the drill must fail on, and the checks that must catch it: the proof
+    that the drill can fail (``drills run --twin``). The twin's stack is a stack profile
+    (``profile``) or a stack the user runs (``attach``, fields over the drill's own)."""
+
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
+    """How ``--twin NAME`` picks it; default: the profile's name, else ``attached``."""
+    profile: str | None = None
+    """A stack profile (a name, or a YAML path relative to the scenario)."""
+    attach: dict[str, Any] | None = None
+    """Fields of the drill's ``stack.attach`` that differ on the twin (``gateway: URL`` of
+    the same gateway with a broken config, ``adapter``, ``config``)."""
+    must_fail: list[str]
+    """Labels of the drill's checks that must fail on the twin (``fallback_rate during
+    fault``, ``stack_lint``): the twin passes when exactly these fail."""
+    may_fail: list[str] = Field(default_factory=list)
+    """Checks that may go either way on the twin (say why in the YAML); any other check that
+    fails on it fails the twin."""
+    absent: list[str] = Field(default_factory=list)
+    """Hops or components the drill's faults target that the twin's stack does not have:
+    those faults are not applied on the twin."""
+    why: str = ""
+    """What is broken in the twin, in a sentence (shown in the report)."""
+
+    @field_validator("must_fail")
+    @classmethod
+    def _names_a_check(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(
+                "a twin names at least one check that must fail on it: a twin that fails no "
+                "check proves nothing"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_stack(self) -> Twin:
+        if (self.profile is None) == (self.attach is None):
+            raise ValueError(
+                "a twin is a stack profile ('profile') or a stack the user runs "
+                "('attach'): exactly one of them"
+            )
+        return self
+
+    @property
+    def key(self) -> str:
+        if self.name:
+            return self.name
+        if self.profile:
+            return Path(self.profile).stem
+        return "attached"
+
+
 def _unwrap_attach(value: Any) -> Any:
     """``{attach: {...}}`` and ``{...}`` mean the same attached stack."""
     if isinstance(value, dict) and set(value) == {"attach"}:
@@ -712,6 +765,17 @@ class Scenario(_Model):
     gpu_utilization_percent, gpu_memory_used_bytes, gpu_memory_total_bytes; label ``gpu``)."""
     kubernetes: KubernetesScope | None = None
     """Required by kubernetes faults: the kubeconfig, and the namespaces and contexts allowed."""
+    twins: list[Twin] = Field(default_factory=list)
+    """Broken stacks this drill must fail on, naming the checks that catch each
+    (``drills run --twin``, ``drills gate --twins``)."""
+
+    def twin(self, name: str) -> Twin:
+        """The twin called ``name``; ``KeyError`` naming the twins there are."""
+        for twin in self.twins:
+            if twin.key == name:
+                return twin
+        known = ", ".join(t.key for t in self.twins) or "(none: the drill declares no twins)"
+        raise KeyError(f"drill {self.drill!r} has no twin {name!r}; its twins: {known}")
 
     @property
     def duration(self) -> float:
@@ -800,6 +864,59 @@ class Scenario(_Model):
                     )
             if check.check == "recovered_within" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
+        yield from self._twin_problems(targets)
+
+    def _twin_problems(self, targets: set[str]) -> Iterator[tuple[Loc, str, Any]]:
+        """Twins name checks the drill has, once each, and hops its faults target."""
+        labels = [c.label for c in self.expect]
+        keys = [t.key for t in self.twins]
+        for i, twin in enumerate(self.twins):
+            if keys.count(twin.key) > 1:
+                yield ("twins", i, "name"), "twin names must be unique", twin.key
+            if twin.attach is not None and not isinstance(self.stack, Attach):
+                yield (
+                    ("twins", i, "attach"),
+                    "the drill runs on a stack profile: its twin is another profile "
+                    "('profile: NAME')",
+                    None,
+                )
+            elif twin.attach is not None and isinstance(self.stack, Attach):
+                merged_attach = {**self.stack.model_dump(exclude_unset=True), **twin.attach}
+                try:
+                    Attach.model_validate(merged_attach)
+                except ValueError as exc:
+                    first = str(exc).splitlines()
+                    yield ("twins", i, "attach"), " ".join(first[1:3]).strip(), twin.attach
+            if twin.profile is not None and isinstance(self.stack, Attach):
+                yield (
+                    ("twins", i, "profile"),
+                    "the drill attaches to a stack the user runs: its twin is another such "
+                    "stack ('attach: {gateway: URL}', over the drill's own attach fields)",
+                    twin.profile,
+                )
+            for field in ("must_fail", "may_fail"):
+                for j, label in enumerate(getattr(twin, field)):
+                    if label not in labels:
+                        yield (
+                            ("twins", i, field, j),
+                            "the drill has no check of that label; expected one of: "
+                            + ", ".join(labels),
+                            label,
+                        )
+                    elif field == "may_fail" and label in twin.must_fail:
+                        yield (
+                            ("twins", i, field, j),
+                            "already in must_fail: a check either must fail or may",
+                            label,
+                        )
+            for j, hop in enumerate(twin.absent):
+                if hop not in targets:
+                    yield (
+                        ("twins", i, "absent", j),
+                        "no fault of the drill targets it; expected one of: "
+                        + (", ".join(sorted(targets)) or "(no faults)"),
+                        hop,
+                    )
 
 
 def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
@@ -876,7 +993,64 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
         raise ConfigError(broken)
     if isinstance(scenario.stack, str):
         check_profile(scenario, doc, scenario.stack)
+    check_twin_profiles(scenario, doc)
     return scenario, doc
+
+
+def twin_profile(twin: Twin, doc: YamlDocument | None) -> str | None:
+    """The twin's profile as ``load_stack_config`` takes it: a name, or a path (relative to
+    the scenario file when it lies there)."""
+    if twin.profile is None:
+        return None
+    if doc is not None and twin.profile.endswith((".yaml", ".yml")):
+        beside = doc.path.parent / twin.profile
+        if beside.exists():
+            return str(beside)
+    return twin.profile
+
+
+def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
+    """Each profile twin exists, and has every hop and component the drill's faults target
+    except those its ``absent`` lists (and none of those): ``ConfigError`` located at the
+    twin, before any stack is started."""
+    from stack.config import load_stack_config
+
+    problems: list[str] = []
+    for i, twin in enumerate(scenario.twins):
+        profile = twin_profile(twin, doc)
+        if profile is None:
+            continue
+        loc: Loc = ("twins", i, "profile")
+        where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+        try:
+            config = load_stack_config(profile)
+        except ConfigError as exc:
+            problems += [f"{where}{format_path(loc)}: {p}" for p in exc.problems]
+            continue
+        has = {
+            "toxiproxy": {u.name for u in [*config.upstreams, *config.rag_hops]},
+            "hop": {u.name for u in config.upstreams if u.hop_port is not None},
+            "process": set(config.component_names),
+        }
+        for family, names in has.items():
+            for floc, target in _fault_locs(scenario, family):
+                if target not in names and target not in twin.absent:
+                    problems.append(
+                        f"{where}{format_path(loc)}: profile {twin.profile!r} has no "
+                        f"{target!r}, which {format_path(floc[:-1])} targets; list it in the "
+                        "twin's 'absent' (its faults are then not applied on the twin)"
+                    )
+        everything = set().union(*has.values())
+        for j, name in enumerate(twin.absent):
+            if name in everything:
+                aloc: Loc = ("twins", i, "absent", j)
+                at = f"{doc.path}:{doc.line_of(aloc)} " if doc else ""
+                problems.append(
+                    f"{at}{format_path(aloc)}: profile {twin.profile!r} has {name!r}: the "
+                    f"drill's faults on it apply on the twin too (got {name!r})"
+                )
+    if problems:
+        raise ConfigError(problems)
 
 
 def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) -> None:

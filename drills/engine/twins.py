@@ -1,0 +1,174 @@
+"""Runs on a drill's twins: the broken stacks a drill must fail on (``Scenario.twins``).
+
+A drill that cannot fail proves nothing. Its twin is a stack broken on purpose (a profile
+without breakers or fallback text, the user's gateway with a config that lacks them), with the
+checks that must catch it. ``run_twin`` runs the drill there and says whether the twin held:
+the run completed and exactly the checks it names failed. A twin on which the drill passes is
+the loudest failure there is: the drill cannot tell a broken stack from a sound one.
+
+How the twin's stack is had:
+
+- ``attach``: the drill's own attach fields, the twin's over them;
+- ``profile``: when the twin's profile differs from the drill's only in its gateway and in
+  which upstreams it routes to, the drill's stack is brought up (or found running) and the
+  twin's gateway runs beside it (``stack.beside``): drill and twin share one start-up;
+- otherwise the twin's profile is brought up as a drill's own would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from drills.common.errors import InputError
+from drills.common.yamlsrc import YamlDocument, format_path
+from drills.engine.runner import Runner, RunOptions, attach_of, resolve_stack
+from drills.model.journal import CheckResult, Journal, RunStatus, TwinOutcome
+from drills.model.scenario import Attach, Scenario, Twin, twin_profile
+
+__all__ = ["TwinPlan", "pick_twins", "run_twin", "twin_outcome"]
+
+
+@dataclass(frozen=True)
+class TwinPlan:
+    """What a run on a twin needs to judge itself (``RunOptions.twin``)."""
+
+    twin: Twin
+    stack: str
+    skipped_faults: tuple[str, ...] = ()
+
+
+def pick_twins(scenario: Scenario, doc: YamlDocument | None, name: str | None) -> list[Twin]:
+    """The twin called ``name``, or every twin (``None``); ``InputError`` when there is none."""
+    where = f"{doc.path}: " if doc else ""
+    if not scenario.twins:
+        raise InputError(
+            f"{where}drill {scenario.drill!r} declares no twins (a 'twins:' list: a broken "
+            "stack and the checks that must fail on it)"
+        )
+    if name is None:
+        return list(scenario.twins)
+    try:
+        return [scenario.twin(name)]
+    except KeyError as exc:
+        raise InputError(f"{where}--twin: {exc.args[0]}") from None
+
+
+def without_absent(scenario: Scenario, twin: Twin) -> tuple[Scenario, tuple[str, ...]]:
+    """The scenario less the faults on what the twin's stack does not have (``absent``)."""
+    phases, skipped = [], []
+    for i, phase in enumerate(scenario.phases):
+        keep = []
+        for j, fault in enumerate(phase.inject):
+            if fault.target in twin.absent:
+                skipped.append(
+                    f"{format_path(('phases', i, 'inject', j))} {fault.kind} on {fault.target} "
+                    "(the twin's stack has none)"
+                )
+            else:
+                keep.append(fault)
+        phases.append(phase.model_copy(update={"inject": keep}))
+    return scenario.model_copy(update={"phases": phases}), tuple(skipped)
+
+
+def twin_outcome(plan: TwinPlan, checks: list[CheckResult], status: RunStatus) -> TwinOutcome:
+    twin = plan.twin
+    return TwinOutcome(
+        name=twin.key,
+        why=twin.why,
+        stack=plan.stack,
+        must_fail=twin.must_fail,
+        may_fail=twin.may_fail,
+        failed=[c.label for c in checks if not c.passed],
+        skipped_faults=list(plan.skipped_faults),
+        status=status,
+    )
+
+
+def run_twin(
+    scenario: Scenario, doc: YamlDocument | None, twin: Twin, options: RunOptions
+) -> Journal:
+    """Run ``scenario`` on ``twin``; the journal's ``twin`` says whether it held."""
+    on_twin, skipped = without_absent(scenario, twin)
+    with twin_stack(on_twin, doc, twin, options) as (twin_options, how):
+        plan = TwinPlan(twin, how, skipped)
+        return Runner(on_twin, doc, dataclasses.replace(twin_options, twin=plan)).run()
+
+
+@contextlib.contextmanager
+def twin_stack(
+    scenario: Scenario, doc: YamlDocument | None, twin: Twin, options: RunOptions
+) -> Iterator[tuple[RunOptions, str]]:
+    """The options that run the drill on the twin's stack, and how that stack was had."""
+    if twin.attach is not None:
+        own = attach_of(scenario, options)
+        assert own is not None  # validated: an attach twin belongs to an attached drill
+        attach = Attach.model_validate({**own.model_dump(exclude_unset=True), **twin.attach})
+        yield dataclasses.replace(options, attach=attach), f"attached: {attach.gateway}"
+        return
+    profile = twin_profile(twin, doc)
+    assert profile is not None
+    why = _cannot_share(scenario, options, profile)
+    if why is not None:
+        yield (
+            dataclasses.replace(options, profile=profile, attach=None),
+            f"profile {twin.profile!r}, brought up whole ({why})",
+        )
+        return
+    with _beside(scenario, options, profile) as (beside, base):
+        yield (
+            beside,
+            f"profile {twin.profile!r}'s gateway beside the {base!r} stack's engines, "
+            "Toxiproxy and hop (one start-up for the drill and its twins)",
+        )
+
+
+def _base_profile(scenario: Scenario, options: RunOptions) -> str:
+    return options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
+
+
+def _cannot_share(scenario: Scenario, options: RunOptions, profile: str) -> str | None:
+    """Why the twin's profile needs its own stack (``None``: its gateway can run beside the
+    drill's)."""
+    from stack.beside import refusal
+    from stack.config import load_stack_config
+
+    if options.keep_stack:
+        return "--keep-stack: the stack is started whole, as the profile says"
+    gateway_faults = [
+        f
+        for p in scenario.phases
+        for f in p.inject
+        if f.kind.startswith("process.") and f.target == "gateway"
+    ]
+    if gateway_faults:
+        return "the drill stops the gateway itself: it must be the twin's own"
+    return refusal(load_stack_config(_base_profile(scenario, options)), load_stack_config(profile))
+
+
+@contextlib.contextmanager
+def _beside(
+    scenario: Scenario, options: RunOptions, profile: str
+) -> Iterator[tuple[RunOptions, str]]:
+    from stack.beside import gateway_beside
+    from stack.state import default_state_dir
+
+    base = _base_profile(scenario, options)
+    state_dir = options.state_dir or default_state_dir()
+    up = dataclasses.replace(options, profile=base, attach=None, state_dir=state_dir)
+    endpoints = resolve_stack(scenario, up)
+    work = Path(options.out_dir) / f"twin-gateway-{Path(profile).stem}"
+    with gateway_beside(state_dir / "stack.yaml", profile, work) as url:
+        metrics = {k: v for k, v in endpoints.metrics.items() if k not in ("gateway", "toxiproxy")}
+        attach = Attach(
+            gateway=url, toxiproxy=endpoints.toxiproxy, hop=endpoints.hop, metrics=metrics
+        )
+        yield (
+            dataclasses.replace(
+                options, profile=None, attach=attach, state_dir=state_dir, stack_config=profile
+            ),
+            base,
+        )
