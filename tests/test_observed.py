@@ -226,3 +226,30 @@ def test_which_hop_served_a_request_by_trace_id_else_by_timing() -> None:
         "timing",
     )
     assert (ambiguous.served_by, ambiguous.served_by_how) == (None, None)
+
+
+def test_a_hop_the_l7_hop_does_not_front_is_judged_on_the_gateways_claim() -> None:
+    # The L7 hop fronts the model hops; the vector DB is reached through Toxiproxy only. Its
+    # breaker cannot be seen from outside, so the gateway's claim is all there is, said so.
+    claim = Probe.model_validate(
+        {
+            "time": T0 + 12,
+            "source": "gateway",
+            "samples": [
+                {
+                    "name": "drills_gateway_breaker_transitions_total",
+                    "labels": {"upstream": "vectordb", "to": "open"},
+                    "value": 1.0,
+                }
+            ],
+        }
+    )
+    before = claim.model_copy(
+        update={"time": T0 + 9, "samples": [claim.samples[0].model_copy(update={"value": 0.0})]}
+    )
+    ev = evaluation(round_robin(20), [before, claim])
+    [opens] = evaluate(
+        ev, [Check(check="breaker_opens", target="vectordb", during="fault", above=0)]
+    )
+    assert opens.source == "claimed" and opens.passed, opens
+    assert "the L7 hop does not front vectordb" in opens.reason

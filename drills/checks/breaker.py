@@ -69,9 +69,9 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     applied = min(applied_at(f) for f in faults)
     hop = check.target or ""
     claimed, claim = _claimed_opening(ev, hop, applied)
-    if ev.hop_records is None:
+    if not observed.behind_hop(ev, hop):
         outcome = result(check, name, claimed, 1 if claimed is not None else 0, claim)
-        return _as_claimed(outcome, claim, claimed)
+        return _as_claimed(outcome, claim, claimed, ev, hop)
     seen, needed = observed.openings(ev, hop, applied, ev.run_window[1])
     if not seen:
         outcome = result(
@@ -106,7 +106,7 @@ def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | 
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
     silent = _exported(ev, signal)
-    if silent is not None and ev.hop_records is not None:
+    if silent is not None and observed.behind_hop(ev, hop):
         return None, silent
     opened = _opened_at(ev, signal, hop, applied)
     if not opened:
@@ -119,10 +119,17 @@ def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | 
     ) - applied, f"opened after {min(opened) - applied:.1f}s ({_claim(ev, signal)})"
 
 
-def _as_claimed(outcome: CheckResult, claim: str, value: float | None) -> CheckResult:
+def _as_claimed(
+    outcome: CheckResult, claim: str, value: float | None, ev: Evaluation, hop: str
+) -> CheckResult:
     outcome.source = "claimed"
     if value is not None:
-        outcome.reason += f" (no L7 hop to see it from outside; {claim})"
+        why = (
+            "no L7 hop to see it from outside"
+            if ev.hop_records is None
+            else f"the L7 hop does not front {hop}: no call to it passed there"
+        )
+        outcome.reason += f" ({why}; {claim})"
     return outcome
 
 
@@ -150,13 +157,10 @@ def check_breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     hop = check.target or ""
     claimed, claim = _claimed_opens(ev, hop, start, end)
-    if ev.hop_records is None:
+    if not observed.behind_hop(ev, hop):
         if claimed is None:
-            return _as_claimed(result(check, name, None, 0, claim), claim, None)
-        outcome = result(check, name, claimed, 1)
-        outcome.reason += f" ({claim})"
-        outcome.source = "claimed"
-        return outcome
+            return _as_claimed(result(check, name, None, 0, claim), claim, None, ev, hop)
+        return _as_claimed(result(check, name, claimed, 1), claim, claimed, ev, hop)
     seen = float(len(observed.openings(ev, hop, start, end)[0]))
     outcome = result(check, name, seen, len(ev.records))
     outcome.reason += f" (seen at the L7 hop: the gateway stopped sending to {hop} {seen:g} times)"
@@ -172,7 +176,7 @@ def _claimed_opens(ev: Evaluation, hop: str, start: float, end: float) -> tuple[
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
     silent = _exported(ev, signal)
-    if silent is not None and ev.hop_records is not None:
+    if silent is not None and observed.behind_hop(ev, hop):
         return None, silent
     if signal.kind == "counter":
         value = counter_increase(

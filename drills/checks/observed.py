@@ -38,6 +38,13 @@ __all__ = [
 ]
 
 
+def behind_hop(ev: Evaluation, hop: str) -> bool:
+    """Calls to ``hop`` went through the harness's L7 hop in this run: it fronts that hop
+    (the model hops), so what reached it can be seen there. The vector DB and the tool
+    server are reached through Toxiproxy only: no L7 hop sees their calls."""
+    return ev.hop_records is not None and any(r.hop == hop for r in ev.hop_records)
+
+
 def model_calls(ev: Evaluation, hop: str | None = None) -> list[HopRecord]:
     """Model calls that reached the L7 hop (at ``hop``, or at any hop), by arrival."""
     records = ev.hop_records or []
