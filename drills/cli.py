@@ -709,7 +709,13 @@ def _run_twins(
     twins = pick_twins(scenario, doc, args.twin or None)
     if args.dry_run:
         for twin in twins:
-            stack = f"profile {twin.profile}" if twin.profile else f"attach {twin.attach}"
+            stack = (
+                f"profile {twin.profile}"
+                if twin.profile
+                else f"LiteLLM with {twin.litellm}"
+                if twin.litellm
+                else f"attach {twin.attach}"
+            )
             print(f"twin {twin.key} ({stack}): must fail: {', '.join(twin.must_fail)}")
             if twin.may_fail:
                 print(f"  may fail: {', '.join(twin.may_fail)}")

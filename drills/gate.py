@@ -147,22 +147,7 @@ def run_gate(
         say(f"[gate] {index + 1}/{len(jobs)} {name} ({path})")
         log = drill_out / "drill.log"
         started = time.monotonic()
-        if concurrency == 1:
-            # One drill at a time: its progress goes straight to the terminal (and the log).
-            with open(log, "w") as out_file:
-                proc = subprocess.Popen(
-                    [*command, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                )
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    out_file.write(line)
-                    say(f"  {line.rstrip()}")
-                code = proc.wait()
-        else:
-            with open(log, "w") as out_file:
-                code = subprocess.run(
-                    [*command, *extra], stdout=out_file, stderr=subprocess.STDOUT, check=False
-                ).returncode
+        code = _child([*command, *extra], log, say if concurrency == 1 else None)
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
         verdict = journal.verdict if journal else "error"
@@ -186,6 +171,22 @@ def run_gate(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(one, i, p, s, t) for i, (p, s, t) in enumerate(jobs)]
         return [f.result() for f in futures]
+
+
+def _child(argv: list[str], log: Path, say: Callable[[str], None] | None) -> int:
+    """Run one ``drills run``, its output into ``log`` (and, given ``say``, to the terminal
+    as it comes: one drill at a time); its exit code."""
+    with open(log, "w") as out_file:
+        if say is None:
+            return subprocess.run(
+                argv, stdout=out_file, stderr=subprocess.STDOUT, check=False
+            ).returncode
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out_file.write(line)
+            say(f"  {line.rstrip()}")
+        return proc.wait()
 
 
 def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:

@@ -40,12 +40,20 @@ def fmt_seconds(value: float | None) -> str:
 
 
 def series(journal: Journal, bucket: float = 5.0) -> list[dict[str, Any]]:
-    """Per ``bucket`` seconds from t0: requests, errors, fallbacks, e2e/ttft p50 and p99."""
+    """Per ``bucket`` seconds from t0: requests, errors, fallbacks, e2e/ttft p50 and p99, and
+    (with an L7 hop) the calls that arrived at each model hop per client request sent
+    (``calls:HOP``, ``None`` when no request was sent)."""
     t0 = journal.origin
     rows = []
     t = 0.0
+    hops = sorted({h.hop for h in journal.hop_records})
     while t0 + t < journal.ended_at:
         window = [r for r in journal.records if t0 + t <= r.start < t0 + t + bucket]
+        arrived = [h for h in journal.hop_records if t0 + t <= h.arrived_at < t0 + t + bucket]
+        calls = {
+            f"calls:{hop}": (sum(h.hop == hop for h in arrived) / len(window) if window else None)
+            for hop in hops
+        }
         e2e = [r.e2e for r in window if r.e2e is not None]
         ttft = [r.ttft for r in window if r.ttft is not None]
         rows.append(
@@ -59,6 +67,7 @@ def series(journal: Journal, bucket: float = 5.0) -> list[dict[str, Any]]:
                 "e2e_p99": percentile(e2e, 99) if e2e else None,
                 "ttft_p50": percentile(ttft, 50) if ttft else None,
                 "ttft_p99": percentile(ttft, 99) if ttft else None,
+                **calls,
             }
         )
         t += bucket

@@ -88,7 +88,10 @@ def _chart(
     base = HEIGHT - 28
     for frac in (0, 0.5, 1):
         y = base - (base - 30) * frac
-        label = f"{top * frac * (1000 if unit == 's' else 1):.0f}{'ms' if unit == 's' else ''}"
+        if unit == "s":
+            label = f"{top * frac * 1000:.0f}ms"
+        else:  # small ratios (calls per request) need their decimal
+            label = f"{top * frac:.1f}" if top < 10 else f"{top * frac:.0f}"
         parts.append(
             f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{y:.1f}" y2="{y:.1f}" '
             f'stroke="#d0d7de" stroke-width=".5"/><text x="2" y="{y + 4:.1f}">{label}</text>'
@@ -167,6 +170,22 @@ def render_html(journal: Journal, out_dir: Path) -> str:
             "n",
         ),
     ]
+    hops = sorted({h.hop for h in journal.hop_records})
+    if hops:
+        palette = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#57606a"]
+        charts.append(
+            _chart(
+                journal,
+                rows,
+                [
+                    (f"calls:{hop}", palette[i % len(palette)], f"calls at {hop}")
+                    for i, hop in enumerate(hops)
+                ],
+                "Calls that reached each model hop per client request (seen at the L7 hop, "
+                "per 5 s): retry amplification over time",
+                "n",
+            )
+        )
     checks = [
         {"result": c, "link": None if c.passed else runbook_link(journal, c.runbook, out_dir)}
         for c in journal.checks

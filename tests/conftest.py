@@ -9,7 +9,9 @@ same Toxiproxy proxies.
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -248,3 +250,45 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
         client.close()
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def run_twin(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *twin: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """`drills run SCENARIO --twin [NAME]` on the session's stack (its profile, its state
+    directory: the twin's gateway runs beside it); the journals of the twin runs."""
+    result = subprocess.run(
+        drills_cli(
+            "run",
+            str(scenario),
+            "--twin",
+            *twin,
+            "--profile",
+            str(stack.config_path),
+            "--state-dir",
+            str(stack.state_dir),
+            "--out",
+            str(tmp_path / "runs"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=isolated_env(tmp_path),
+    )
+    journals = [
+        json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/journal.json"))
+    ]
+    return result, journals
+
+
+def processes_naming(path: Path) -> list[int]:
+    """Live processes whose command line names ``path``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            found.append(int(proc.name))
+    return found

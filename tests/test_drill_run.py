@@ -23,8 +23,7 @@ from drills.engine.ledger import Ledger
 from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import register
-from stack.config import load_stack_config
-from tests.conftest import LiveGateway, RunningStack, drills_cli, isolated_env
+from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
 
 pytestmark = pytest.mark.stack
 
@@ -66,12 +65,6 @@ def run_argv(stack: RunningStack, tmp_path: Path) -> list[str]:
     ]
 
 
-def unsound_gateway(factory: Callable[..., LiveGateway]) -> LiveGateway:
-    unsound = load_stack_config("unsound").gateway.model_dump(mode="json")
-    sections = {k: v for k, v in unsound.items() if k != "port"}
-    return factory(backup=False, **sections)
-
-
 def by_label(journal: dict) -> dict[str, dict]:
     return {c["label"]: c for c in journal["checks"]}
 
@@ -98,37 +91,58 @@ def test_shipped_latency_drill_passes_on_the_sound_stack(
     assert suite.get("failures") == "0"
 
 
-def test_shipped_latency_drill_fails_on_the_unsound_policy_naming_the_checks(
-    stack: RunningStack, gateway_factory: Callable[..., LiveGateway], tmp_path: Path
+def supervisor_pid(stack: RunningStack) -> int:
+    from stack.state import read_state
+
+    state = read_state(stack.state_dir)
+    assert state is not None
+    return state.supervisor_pid
+
+
+def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_names(
+    stack: RunningStack, tmp_path: Path
 ) -> None:
-    gw = unsound_gateway(gateway_factory)
-    journal = run(SHIPPED, gw.url, stack, tmp_path, config="unsound")
-    assert journal["verdict"] == "failed"
+    before = supervisor_pid(stack)
+    result, [journal] = run_twin(SHIPPED, stack, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    twin = journal["twin"]
+    assert twin["held"] and twin["name"] == "unsound", twin
+    assert "twin unsound: held: failed as declared" in result.stdout
+    # The twin's gateway ran beside the session's stack: no second start-up, nothing left.
+    assert "gateway beside" in twin["stack"], twin["stack"]
+    assert supervisor_pid(stack) == before
+    assert journal["stack"]["profile"] is None and journal["stack"]["gateway"] != (
+        stack.gateway_url
+    )
+    assert processes_naming(tmp_path / "runs") == [], "the twin's gateway outlived its run"
+    # The fault on the backup hop, which the unsound profile has none of, was not applied.
+    assert [f["target"] for f in journal["faults"]] == ["vllm-0", "vllm-1"]
+    assert twin["skipped_faults"] == [
+        "phases[1].inject[2] toxiproxy.latency on backup (the twin's stack has none)"
+    ]
     checks = by_label(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
     # No first-token timeout that can fire before the request's own, no fallback text, no
     # breakers: users wait out the latency on every request, and no breaker ever opens. The
     # config's contradictions are caught statically too.
-    assert {
-        "fallback_rate during fault",
-        "breaker_opened_within vllm-0",
-        "stack_lint",
-    } <= failed, failed
+    assert failed == {"fallback_rate during fault", "breaker_opened_within vllm-0", "stack_lint"}
     assert checks["fallback_rate during fault"]["observed"] == 0.0
     assert checks["breaker_opened_within vllm-0"]["observed_text"] == "no data"
     # Judged from outside: the L7 hop saw the gateway keep sending to the slow replica.
     opened = checks["breaker_opened_within vllm-0"]
     assert opened["source"] == "observed", opened
     assert "the gateway never stopped sending to vllm-0" in opened["reason"], opened
-    assert checks["error_rate during baseline"]["passed"]
-    # Failures link to the runbook step that covers them, in every report.
+    # Failures link to the runbook step that covers them, in every report; each report says
+    # it is a twin's.
     run_dir = Path(journal["run_dir"])
     summary = (run_dir / "summary.md").read_text()
     assert "llm-latency.md#fallback" in summary and "**FAIL**" in summary
-    junit = (run_dir / "junit.xml").read_text()
-    assert "runbook: runbooks/llm-latency.md#breakers" in junit
+    assert "### Twin `unsound` of drill `inference-latency`: **HELD**" in summary
+    junit = ET.parse(run_dir / "junit.xml").getroot()
+    assert junit.get("name") == "twin:inference-latency:unsound"
+    assert junit.get("failures") == "0", ET.tostring(junit, encoding="unicode")
     html = (run_dir / "index.html").read_text()
-    assert "llm-latency.md#breakers" in html
+    assert "llm-latency.md#breakers" in html and "TWIN unsound: HELD" in html
 
 
 def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from stack import control
 from stack.litellm import litellm_config, start, wait_ready
-from tests.conftest import RunningStack, drills_cli, free_port, isolated_env
+from tests.conftest import RunningStack, drills_cli, free_port, isolated_env, processes_naming
 
 pytestmark = pytest.mark.stack
 
@@ -131,13 +131,29 @@ def test_one_slow_replica_is_routed_around_and_seen_cooled_down(
 
 
 def test_the_unsound_twin_keeps_sending_to_the_slow_replica_and_fails(
-    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+    stack: RunningStack, tmp_path: Path
 ) -> None:
-    code, journal, stderr = drill("latency-one-replica", stack, tmp_path, litellm("unsound"))
-    assert code == 1, stderr
+    # `--twin`: the harness starts LiteLLM with stack/litellm/unsound.yaml itself (the
+    # deployments from the stack's state), in place of the drill's gateway, and stops it after.
+    state = ("--state-dir", str(stack.state_dir))
+    code, journal, stderr = drill(
+        "latency-one-replica", stack, tmp_path, stack.gateway_url, "litellm", *state, "--twin"
+    )
+    assert code == 0, stderr
+    twin = journal["twin"]
+    assert twin["held"] and twin["failed"] == ["breaker_opened_within vllm-0"], twin
+    assert twin["stack"].startswith("LiteLLM proxy started with "), twin["stack"]
+    assert journal["stack"]["adapter"] == "litellm"
     results = checks(journal)
     opened = results["breaker_opened_within vllm-0"]
-    assert not opened["passed"] and "never stopped sending to vllm-0" in opened["reason"], opened
+    assert "never stopped sending to vllm-0" in opened["reason"], opened
+    # Judged from outside: the records name the hop LiteLLM answered from.
+    assert {r["upstream"] for r in journal["records"] if r["upstream"]} <= {"vllm-0", "vllm-1"}
+    config = yaml.safe_load(
+        (tmp_path / "runs" / "twin-litellm-unsound" / "config.yaml").read_text()
+    )
+    assert [m["model_info"]["id"] for m in config["model_list"]] == ["vllm-0", "vllm-1"]
+    assert processes_naming(tmp_path / "runs") == [], "the twin's LiteLLM outlived its run"
 
 
 def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
@@ -165,16 +181,17 @@ def test_a_killed_replica_is_cooled_down_at_its_first_failure_and_costs_no_error
 
 
 def test_with_litellms_own_cooldown_logic_a_dead_replica_keeps_failing_requests(
-    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+    stack: RunningStack, tmp_path: Path
 ) -> None:
     """The twin: without allowed_fails LiteLLM does not cool a deployment down on connection
     errors, so its retries land on the dead replica again and clients get errors."""
     state = ("--state-dir", str(stack.state_dir))
     code, journal, stderr = drill(
-        "replica-killed", stack, tmp_path, litellm("default"), "litellm", *state
+        "replica-killed", stack, tmp_path, stack.gateway_url, "litellm", *state, "--twin"
     )
     wait_healthy(stack)
-    assert code == 1, stderr
+    assert code == 0, stderr
+    assert journal["twin"]["held"], journal["twin"]
     results = checks(journal)
     assert not results["error_rate during fault"]["passed"], results
     errors = [r["error"] for r in journal["records"] if r["phase"] == "fault" and r["error"]]

@@ -139,3 +139,57 @@ def test_drills_run_fixture_for_python_tests(pytester: pytest.Pytester, drill_di
     )
     result = pytester.runpytest_subprocess("test_fixture.py", "-q")
     result.assert_outcomes(passed=1)
+
+
+TWIN_DRILL = """
+drill: plugin-twin
+title: Plugin twin demo
+load: {users: 1, prompts: ["Say hi."], max_tokens: 4, warmup: 2s, timeout: 30s, wait: 500ms}
+phases:
+  - {name: baseline, duration: 4s}
+expect:
+  - {check: error_rate, during: baseline, below: 0.5}
+  - {check: stack_lint}
+twins:
+  - {profile: unsound, must_fail: [stack_lint], why: timeouts that contradict each other}
+"""
+
+
+def test_twins_are_collected_and_run_as_items(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stack: RunningStack,
+    toxi: object,
+) -> None:
+    monkeypatch.setenv("DRILLS_LEDGER", str(tmp_path / "ledger.json"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    pytester.makefile(".yaml", drill_twin=TWIN_DRILL)
+    # Without --drills-twins only the drill itself is collected.
+    plain = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    plain.stdout.fnmatch_lines(["*3 tests collected*"])
+    result = pytester.runpytest_subprocess(
+        "--drills-twins",
+        "--drills-profile",
+        str(stack.config_path),
+        "--drills-state-dir",
+        str(stack.state_dir),
+        "--drills-out",
+        str(pytester.path / "runs"),
+        "--junitxml",
+        str(pytester.path / "junit.xml"),
+        "-p",
+        "no:cacheprovider",
+        "-v",
+        timeout=300,
+    )
+    # On the sound stack stack_lint passes; on the twin it fails, as the twin says: all pass.
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*plugin-twin?twin unsound?::the twin held PASSED*"])
+    cases = {
+        (c.get("classname"), c.get("name"))
+        for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    }
+    assert ("drill_twin.yaml.plugin-twin[twin unsound]", "stack_lint") in cases, cases
+    journals = sorted((pytester.path / "runs").glob("plugin-twin-twin-unsound-*/journal.json"))
+    assert len(journals) == 1  # the twin ran once for its three items

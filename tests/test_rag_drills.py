@@ -3,21 +3,22 @@ policy and fails on the unsound one, naming the checks that caught it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, load_scenario
-from stack.config import load_stack_config
-from tests.conftest import LiveGateway, RunningStack
+from tests.conftest import RunningStack, run_twin
 
 pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_DB_OUTAGE = ROOT / "scenarios" / "vector-db-outage.yaml"
 TOOL_SATURATION = ROOT / "scenarios" / "tool-saturation.yaml"
+# What each twin names: exactly these checks must fail on it.
+VECTOR_DB_TWIN_FAILS = set(load_scenario(VECTOR_DB_OUTAGE)[0].twin("unsound").must_fail)
+TOOL_TWIN_FAILS = set(load_scenario(TOOL_SATURATION)[0].twin("unsound").must_fail)
 
 
 def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
@@ -31,9 +32,12 @@ def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
         out_dir=tmp_path / "runs",
         ledger=tmp_path / "ledger.json",
         state_dir=stack.state_dir,
+        # With the stack's L7 hop, as `drills run` on the profile has it: the RAG hops' checks
+        # must know that it does not front them.
         attach=Attach(
             gateway=gateway,
             toxiproxy=stack.toxiproxy_url,
+            hop=stack.hop_url,
             metrics={
                 rag.tools.name: f"http://{host}:{rag.tools.port}/metrics",
                 rag.embedder.name: f"http://{host}:{rag.embedder.metrics_port}/metrics",
@@ -42,13 +46,6 @@ def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
         stack_config=str(stack.config_path),
     )
     return Runner(scenario, doc, options).run().model_dump(mode="json")
-
-
-def unsound_gateway(factory: Callable[..., LiveGateway]) -> LiveGateway:
-    unsound = load_stack_config("unsound").gateway
-    return factory(
-        rag=unsound.rag.model_dump(mode="json"), agent=unsound.agent.model_dump(mode="json")
-    )
 
 
 def verdicts(journal: dict) -> dict[str, dict]:
@@ -62,6 +59,9 @@ def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_pa
     checks = verdicts(journal)
     assert checks["missing_context_share during fault"]["observed"] >= 0.9
     assert checks["retrieval_recall during baseline"]["observed"] >= 0.8
+    # The L7 hop fronts the model hops only: the vector DB's breaker is the gateway's word.
+    opens = checks["breaker_opens vectordb during fault"]
+    assert opens["source"] == "claimed" and "does not front vectordb" in opens["reason"], opens
     # The fault was read back from Toxiproxy (the hop disabled) and reverted.
     fault = journal["faults"][0]
     assert fault["kind"] == "toxiproxy.down" and fault["target"] == "vectordb"
@@ -70,23 +70,17 @@ def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_pa
     assert all(p.enabled and not p.toxics for p in stack.toxiproxy.proxies().values())
 
 
-def test_vector_db_outage_fails_on_the_unsound_policy_naming_the_checks(
-    stack: RunningStack, gateway_factory: Callable[..., LiveGateway], tmp_path: Path
+def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
+    stack: RunningStack, tmp_path: Path
 ) -> None:
-    gw = unsound_gateway(gateway_factory)
-    journal = run(VECTOR_DB_OUTAGE, gw.url, stack, tmp_path)
-    assert journal["verdict"] == "failed"
+    result, [journal] = run_twin(VECTOR_DB_OUTAGE, stack, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert journal["twin"]["held"], journal["twin"]
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
-    assert {
-        "missing_context_share during fault",
-        "error_rate during fault",
-        "breaker_opens vectordb during fault",
-        "retry_amplification vectordb during fault",
-    } <= failed, failed
+    assert failed == VECTOR_DB_TWIN_FAILS, failed
     # Five immediate attempts per question at the dead hop, counted per user request.
     assert checks["retry_amplification vectordb during fault"]["observed"] >= 4
-    assert checks["error_rate during baseline"]["passed"]
     summary = (Path(journal["run_dir"]) / "summary.md").read_text()
     assert "vector-db-outage.md#retry-amplification" in summary
 
@@ -104,20 +98,16 @@ def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_pat
     assert fault["rollback"]["flood"]["latency_p95"] is not None
 
 
-def test_tool_saturation_fails_on_the_unsound_policy_naming_the_checks(
-    stack: RunningStack, gateway_factory: Callable[..., LiveGateway], tmp_path: Path
+def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
+    stack: RunningStack, tmp_path: Path
 ) -> None:
-    gw = unsound_gateway(gateway_factory)
-    journal = run(TOOL_SATURATION, gw.url, stack, tmp_path)
-    assert journal["verdict"] == "failed"
+    result, [journal] = run_twin(TOOL_SATURATION, stack, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert journal["twin"]["held"], journal["twin"]
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
+    assert failed == TOOL_TWIN_FAILS, failed
     # Retries of a saturated tool add to the flood: the tool server counts them.
-    assert {
-        "retry_amplification tools:search_kb during fault",
-        "breaker_opens tools:search_kb during fault",
-    } <= failed, failed
     amplification = checks["retry_amplification tools:search_kb during fault"]
     assert "counted by the tool server" in amplification["reason"]
     assert amplification["observed"] >= 1.5
-    assert checks["error_rate during baseline"]["passed"]

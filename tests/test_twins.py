@@ -19,18 +19,23 @@ from drills.model.scenario import Twin, load_scenario
 from reports.junit import twin_suite
 from stack.beside import refusal
 from stack.config import load_stack_config
-from tests.helpers import problems
+from tests.helpers import anchored, problems
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 LATENCY = SCENARIOS / "inference-latency.yaml"
-# Every shipped drill on a stack profile declares a twin (the LiteLLM ones attach to a proxy the
-# user starts; see their headers).
+# Every shipped drill that can fail on this machine declares a twin. Not here: gpu-pod-loss-docker
+# and -k8s (their stacks, a Docker host and a cluster, have no unsound variant to start yet),
+# gpu-memory-pressure (needs a GPU) and litellm/stream-cut (it fails on LiteLLM itself; the
+# embedded gateway is the run on which it passes).
 WITH_TWINS = [
     "inference-latency.yaml",
     "gpu-pod-loss.yaml",
     "vector-db-outage.yaml",
     "tool-saturation.yaml",
+    "retry-storm.yaml",
+    "litellm/latency-one-replica.yaml",
+    "litellm/replica-killed.yaml",
 ]
 
 
@@ -236,3 +241,41 @@ def test_the_junit_suite_of_a_twin_passes_checks_that_fail_as_declared() -> None
     assert failed == {"b", "c", "the twin held"}
     text = ET.tostring(suite, encoding="unicode")
     assert "b must fail on the twin unsound" in text and "c must pass on the twin" in text
+
+
+def test_litellm_twins_belong_to_attached_drills_and_their_config_must_exist(
+    tmp_path: Path,
+) -> None:
+    path, text = copy_with_twins(
+        tmp_path, [{"litellm": "nosuch.yaml", "must_fail": ["stack_lint"]}]
+    )
+    found = problems(load_scenario, path)
+    assert any(
+        p.startswith(f"{path}:{line_of(text, 'litellm: nosuch.yaml')} twins[0].litellm:")
+        and "a LiteLLM twin stands in for the gateway of a drill that attaches to one" in p
+        for p in found
+    ), found
+    # On a drill that attaches, the config is read before anything starts.
+    origin = SCENARIOS / "litellm" / "latency-one-replica.yaml"
+    text = anchored(origin.read_text(), origin.parent).replace(
+        "../../stack/litellm/unsound.yaml", "nosuch.yaml"
+    )
+    attached = tmp_path / "attached.yaml"
+    attached.write_text(text)
+    [problem] = problems(load_scenario, attached)
+    assert problem.startswith(
+        f"{attached}:{line_of(text, 'litellm: nosuch.yaml')} twins[0].litellm: cannot read "
+        f"the LiteLLM config {tmp_path / 'nosuch.yaml'}: No such file or directory"
+    ), problem
+    both = copy_with_twins(tmp_path, [{**UNSOUND, "litellm": "x.yaml"}])[0]
+    [problem] = problems(load_scenario, both)
+    assert "exactly one of them (got profile, litellm)" in problem
+
+
+def test_the_litellm_drills_twins_name_a_litellm_config_the_harness_starts() -> None:
+    scenario, doc = load_scenario(SCENARIOS / "litellm" / "latency-one-replica.yaml")
+    [twin] = scenario.twins
+    assert twin.key == "unsound" and twin.litellm is not None
+    assert (doc.path.parent / twin.litellm).resolve() == ROOT / "stack" / "litellm" / (
+        "unsound.yaml"
+    )

@@ -23,11 +23,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from drills.common.errors import InputError
 from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.runner import Runner, RunOptions, attach_of, resolve_stack
 from drills.model.journal import CheckResult, Journal, RunStatus, TwinOutcome
-from drills.model.scenario import Attach, Scenario, Twin, twin_profile
+from drills.model.scenario import Attach, Scenario, Twin, twin_litellm, twin_profile
 
 __all__ = ["TwinPlan", "pick_twins", "run_twin", "twin_outcome"]
 
@@ -103,6 +105,10 @@ def twin_stack(
     scenario: Scenario, doc: YamlDocument | None, twin: Twin, options: RunOptions
 ) -> Iterator[tuple[RunOptions, str]]:
     """The options that run the drill on the twin's stack, and how that stack was had."""
+    if twin.litellm is not None:
+        with _litellm(scenario, doc, twin, options) as (on_litellm, how):
+            yield on_litellm, how
+        return
     if twin.attach is not None:
         own = attach_of(scenario, options)
         assert own is not None  # validated: an attach twin belongs to an attached drill
@@ -123,6 +129,46 @@ def twin_stack(
             beside,
             f"profile {twin.profile!r}'s gateway beside the {base!r} stack's engines, "
             "Toxiproxy and hop (one start-up for the drill and its twins)",
+        )
+
+
+@contextlib.contextmanager
+def _litellm(
+    scenario: Scenario, doc: YamlDocument | None, twin: Twin, options: RunOptions
+) -> Iterator[tuple[RunOptions, str]]:
+    """LiteLLM started with the twin's config in front of the drill's stack, in place of
+    the drill's gateway."""
+    import yaml
+
+    from stack.config import load_stack_config
+    from stack.litellm import running, with_model_list
+    from stack.state import default_state_dir
+
+    path = twin_litellm(twin, doc)
+    assert path is not None
+    data = yaml.safe_load(path.read_text())
+    state_dir = options.state_dir or default_state_dir()
+    work = Path(options.out_dir) / f"twin-litellm-{twin.key}"
+    work.mkdir(parents=True, exist_ok=True)
+    if not data.get("model_list"):
+        stack_file = state_dir / "stack.yaml"
+        if not stack_file.exists():
+            raise InputError(
+                f"{path}: has no model_list, and no embedded stack runs in {state_dir} to "
+                "route to: start it (`drills stack up`), pass --state-dir, or give the "
+                "config its own model_list"
+            )
+        data = with_model_list(load_stack_config(stack_file), data)
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    own = attach_of(scenario, options)
+    assert own is not None  # validated: a LiteLLM twin belongs to an attached drill
+    host = httpx.URL(own.gateway).host or "127.0.0.1"
+    with running(config, work, host) as url:
+        attach = own.model_copy(update={"gateway": url})
+        yield (
+            dataclasses.replace(options, attach=attach, state_dir=state_dir),
+            f"LiteLLM proxy started with {path} at {url}, in place of {own.gateway}",
         )
 
 

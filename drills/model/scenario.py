@@ -683,6 +683,11 @@ class Twin(_Model):
     attach: dict[str, Any] | None = None
     """Fields of the drill's ``stack.attach`` that differ on the twin (``gateway: URL`` of
     the same gateway with a broken config, ``adapter``, ``config``)."""
+    litellm: str | None = None
+    """A LiteLLM proxy config (YAML, relative to the scenario): the harness starts LiteLLM
+    with it in front of the drill's stack and runs the drill on it in place of the drill's
+    gateway. A config without a ``model_list`` gets one deployment per primary hop of the
+    embedded stack (``stack.litellm``)."""
     must_fail: list[str]
     """Labels of the drill's checks that must fail on the twin (``fallback_rate during
     fault``, ``stack_lint``): the twin passes when exactly these fail."""
@@ -707,10 +712,12 @@ class Twin(_Model):
 
     @model_validator(mode="after")
     def _one_stack(self) -> Twin:
-        if (self.profile is None) == (self.attach is None):
+        given = [f for f in ("profile", "attach", "litellm") if getattr(self, f) is not None]
+        if len(given) != 1:
             raise ValueError(
-                "a twin is a stack profile ('profile') or a stack the user runs "
-                "('attach'): exactly one of them"
+                "a twin is a stack profile ('profile'), a stack the user runs ('attach') or a "
+                "LiteLLM config the harness starts LiteLLM with ('litellm'): exactly one of "
+                f"them (got {', '.join(given) or 'none'})"
             )
         return self
 
@@ -718,8 +725,8 @@ class Twin(_Model):
     def key(self) -> str:
         if self.name:
             return self.name
-        if self.profile:
-            return Path(self.profile).stem
+        if self.profile or self.litellm:
+            return Path(self.profile or self.litellm or "").stem
         return "attached"
 
 
@@ -864,9 +871,9 @@ class Scenario(_Model):
                     )
             if check.check == "recovered_within" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
-        yield from self._twin_problems(targets)
+        yield from self._twin_problems()
 
-    def _twin_problems(self, targets: set[str]) -> Iterator[tuple[Loc, str, Any]]:
+    def _twin_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Twins name checks the drill has, once each, and hops its faults target."""
         labels = [c.label for c in self.expect]
         keys = [t.key for t in self.twins]
@@ -887,6 +894,13 @@ class Scenario(_Model):
                 except ValueError as exc:
                     first = str(exc).splitlines()
                     yield ("twins", i, "attach"), " ".join(first[1:3]).strip(), twin.attach
+            if twin.litellm is not None and not isinstance(self.stack, Attach):
+                yield (
+                    ("twins", i, "litellm"),
+                    "a LiteLLM twin stands in for the gateway of a drill that attaches to one; "
+                    "this drill runs on a stack profile: its twin is another profile",
+                    twin.litellm,
+                )
             if twin.profile is not None and isinstance(self.stack, Attach):
                 yield (
                     ("twins", i, "profile"),
@@ -909,14 +923,6 @@ class Scenario(_Model):
                             "already in must_fail: a check either must fail or may",
                             label,
                         )
-            for j, hop in enumerate(twin.absent):
-                if hop not in targets:
-                    yield (
-                        ("twins", i, "absent", j),
-                        "no fault of the drill targets it; expected one of: "
-                        + (", ".join(sorted(targets)) or "(no faults)"),
-                        hop,
-                    )
 
 
 def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
@@ -1009,6 +1015,36 @@ def twin_profile(twin: Twin, doc: YamlDocument | None) -> str | None:
     return twin.profile
 
 
+def twin_litellm(twin: Twin, doc: YamlDocument | None) -> Path | None:
+    """The twin's LiteLLM config file (relative to the scenario file)."""
+    if twin.litellm is None:
+        return None
+    base = doc.path.parent if doc is not None else Path.cwd()
+    return base / twin.litellm
+
+
+def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
+    import yaml
+
+    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+    path = (doc.path.parent if doc is not None else Path.cwd()) / value
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        return [
+            f"{where}{format_path(loc)}: cannot read the LiteLLM config {path}: "
+            f"{exc.strerror} (got {value!r})"
+        ]
+    except yaml.YAMLError as exc:
+        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
+    if not isinstance(data, dict):
+        return [
+            f"{where}{format_path(loc)}: {path}: a LiteLLM config is a mapping "
+            f"(model_list, router_settings, litellm_settings, ...) (got {value!r})"
+        ]
+    return []
+
+
 def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
     """Each profile twin exists, and has every hop and component the drill's faults target
     except those its ``absent`` lists (and none of those): ``ConfigError`` located at the
@@ -1016,7 +1052,18 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
     from stack.config import load_stack_config
 
     problems: list[str] = []
+    targets = {f.target for p in scenario.phases for f in p.inject}
     for i, twin in enumerate(scenario.twins):
+        for j, name in enumerate(twin.absent):
+            if name not in targets:
+                aloc: Loc = ("twins", i, "absent", j)
+                at = f"{doc.path}:{doc.line_of(aloc)} " if doc else ""
+                problems.append(
+                    f"{at}{format_path(aloc)}: no fault of the drill targets it; expected one "
+                    f"of: {', '.join(sorted(targets)) or '(no faults)'} (got {name!r})"
+                )
+        if twin.litellm is not None:
+            problems += _litellm_problems(twin.litellm, doc, ("twins", i, "litellm"))
         profile = twin_profile(twin, doc)
         if profile is None:
             continue
@@ -1042,9 +1089,9 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
                     )
         everything = set().union(*has.values())
         for j, name in enumerate(twin.absent):
-            if name in everything:
-                aloc: Loc = ("twins", i, "absent", j)
-                at = f"{doc.path}:{doc.line_of(aloc)} " if doc else ""
+            aloc = ("twins", i, "absent", j)
+            at = f"{doc.path}:{doc.line_of(aloc)} " if doc else ""
+            if name in targets and name in everything:
                 problems.append(
                     f"{at}{format_path(aloc)}: profile {twin.profile!r} has {name!r}: the "
                     f"drill's faults on it apply on the twin too (got {name!r})"

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +30,7 @@ from drills.common.errors import StackError
 from stack.config import StackConfig, load_stack_config
 from stack.provision import ensure_litellm_python
 
-__all__ = ["POLICIES", "litellm_config", "start", "wait_ready"]
+__all__ = ["POLICIES", "litellm_config", "running", "start", "wait_ready", "with_model_list"]
 
 FILES = Path(__file__).parent
 POLICIES = ("sound", "default", "unsound")
@@ -39,6 +40,13 @@ Policy = Literal["sound", "default", "unsound"]
 def litellm_config(config: StackConfig, policy: Policy) -> dict[str, Any]:
     """LiteLLM's config for ``config``'s primary hops under ``policy``."""
     base: dict[str, Any] = yaml.safe_load((FILES / f"{policy}.yaml").read_text())
+    return with_model_list(config, base)
+
+
+def with_model_list(config: StackConfig, base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` (a LiteLLM config without deployments) with one deployment per primary hop
+    of ``config``, each through the harness's L7 hop when the stack runs one."""
+    base = dict(base)
     host = config.host
     base["model_list"] = [
         {
@@ -101,6 +109,30 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 180.
             pass
         time.sleep(0.5)
     raise StackError(f"LiteLLM proxy at {url} was not ready within {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def running(config_file: Path, workdir: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """LiteLLM proxy with ``config_file`` on a free port of ``host``, its log in ``workdir``;
+    yield its URL once it is ready; stop its process group on the way out."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        port = int(sock.getsockname()[1])
+    process = start(config_file, port, workdir / "litellm.log", host)
+    url = f"http://{host}:{port}"
+    try:
+        wait_ready(url, process)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
 
 
 def main() -> None:
