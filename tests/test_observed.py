@@ -253,3 +253,61 @@ def test_a_hop_the_l7_hop_does_not_front_is_judged_on_the_gateways_claim() -> No
     )
     assert opens.source == "claimed" and opens.passed, opens
     assert "the L7 hop does not front vectordb" in opens.reason
+
+
+def test_the_gateways_own_count_of_model_calls_is_shown_beside_the_hops() -> None:
+    # 40 attempts at vllm-0 in the fault window, seen at the hop; the embedded gateway counts
+    # its model calls per upstream (drills_gateway_upstream_attempts_total): the same 40.
+    records = round_robin(10)
+    seq = len(records)
+    for i in range(20):
+        at = 10 + i * 0.5 + 0.01
+        records += [attempt(seq, "vllm-0", at), attempt(seq + 1, "vllm-0", at + 0.1)]
+        seq += 2
+
+    def says(at: float, count: float) -> Probe:
+        sample = {
+            "name": "drills_gateway_upstream_attempts_total",
+            "labels": {"upstream": "vllm-0", "outcome": "http_503"},
+            "value": count,
+        }
+        return Probe.model_validate({"time": T0 + at, "source": "gateway", "samples": [sample]})
+
+    check = Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5)
+    [agrees] = evaluate(evaluation(records, [says(9.9, 5), says(19.9, 45)]), [check])
+    assert agrees.observed == 2.0 and agrees.source == "observed"
+    assert agrees.claim == "the gateway counted 40 attempts (2.00 per request)"
+    assert not agrees.disagrees
+    [lies] = evaluate(evaluation(records, [says(9.9, 5), says(19.9, 15)]), [check])
+    assert lies.disagrees and "the gateway's claim disagrees" in lies.reason
+
+
+def test_the_gateways_breaker_probes_are_not_model_calls_in_its_claim() -> None:
+    # The gateway probes an open breaker with GET /health and counts it as an attempt
+    # (outcome probe_ok/probe_failed); the hop counts model calls only: so must the claim.
+    records = [attempt(i, "vllm-0", 10 + i * 0.5 + 0.01) for i in range(20)]
+
+    def says(at: float, calls: float, probes: float) -> Probe:
+        return Probe.model_validate(
+            {
+                "time": T0 + at,
+                "source": "gateway",
+                "samples": [
+                    {
+                        "name": "drills_gateway_upstream_attempts_total",
+                        "labels": {"upstream": "vllm-0", "outcome": "ok"},
+                        "value": calls,
+                    },
+                    {
+                        "name": "drills_gateway_upstream_attempts_total",
+                        "labels": {"upstream": "vllm-0", "outcome": "probe_failed"},
+                        "value": probes,
+                    },
+                ],
+            }
+        )
+
+    check = Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5)
+    [result] = evaluate(evaluation(records, [says(9.9, 0, 0), says(19.9, 20, 8)]), [check])
+    assert result.claim == "the gateway counted 20 attempts (1.00 per request)"
+    assert not result.disagrees

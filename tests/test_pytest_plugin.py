@@ -186,10 +186,15 @@ def test_twins_are_collected_and_run_as_items(
     # On the sound stack stack_lint passes; on the twin it fails, as the twin says: all pass.
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*plugin-twin?twin unsound?::the twin held PASSED*"])
-    cases = {
-        (c.get("classname"), c.get("name"))
+    cases = [
+        f"{c.get('classname')}::{c.get('name')}"
         for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
-    }
-    assert ("drill_twin.yaml.plugin-twin[twin unsound]", "stack_lint") in cases, cases
+    ]
+    assert len(cases) == 6 and all(
+        c.find("failure") is None
+        for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    ), cases
+    assert any("plugin-twin[twin unsound]" in c and c.endswith("stack_lint") for c in cases)
+    assert any(c.endswith("the twin held") for c in cases), cases
     journals = sorted((pytester.path / "runs").glob("plugin-twin-twin-unsound-*/journal.json"))
     assert len(journals) == 1  # the twin ran once for its three items

@@ -48,6 +48,26 @@ def _gateway_attempts(ev: Evaluation, hop: str | None, start: float, end: float)
     )
 
 
+def _gateway_model_attempts(
+    ev: Evaluation, hop: str | None, start: float, end: float
+) -> float | None:
+    """The embedded gateway's own count of its model calls (its claim: the attempts it
+    started at ``hop``, or at every model upstream), ``None`` if it keeps none. Its breaker
+    probes (``probe_ok``/``probe_failed``: a ``GET /health``, not a model call) are left out,
+    as the hop's count of model calls leaves them out."""
+    return counter_increase(
+        ev,
+        "gateway",
+        "drills_gateway_upstream_attempts_total",
+        lambda labels: (
+            (hop is None or labels.get("upstream") == hop)
+            and not labels.get("outcome", "").startswith("probe_")
+        ),
+        start,
+        end,
+    )
+
+
 def _observed_amplification(
     check: Check, ev: Evaluation, target: str, start: float, end: float, requests: int
 ) -> CheckResult:
@@ -63,7 +83,7 @@ def _observed_amplification(
         f"{ratio:.2f} per request"
         + ("" if outcome.passed else f", expected {expected_text(check, '')}")
     )
-    claimed = _gateway_attempts(ev, hop, start, end)
+    claimed = _gateway_model_attempts(ev, hop, start, end)
     if claimed is not None:
         outcome.claim = (
             f"the gateway counted {claimed:g} attempts ({claimed / requests:.2f} per request)"
