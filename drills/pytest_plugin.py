@@ -374,13 +374,9 @@ class RevertItem(_DrillItem):
             )
 
 
-class TwinCheckItem(_DrillItem):
+class TwinCheckItem(CheckItem):
     """Passes when the check did on the twin what the twin says: failed when it must fail,
     passed when it must pass (either way when it may fail)."""
-
-    def __init__(self, *, index: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.index = index
 
     def runtest(self) -> None:
         outcome = self._ran()

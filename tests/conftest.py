@@ -252,17 +252,16 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
         thread.join(timeout=10)
 
 
-def run_twin(
-    scenario: Path, stack: RunningStack, tmp_path: Path, *twin: str
+def run_on_stack(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    """`drills run SCENARIO --twin [NAME]` on the session's stack (its profile, its state
-    directory: the twin's gateway runs beside it); the journals of the twin runs."""
+    """`drills run SCENARIO EXTRA...` on the session's stack (its profile, its state
+    directory); the journals it wrote."""
     result = subprocess.run(
         drills_cli(
             "run",
             str(scenario),
-            "--twin",
-            *twin,
+            *extra,
             "--profile",
             str(stack.config_path),
             "--state-dir",
@@ -279,6 +278,14 @@ def run_twin(
         json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/journal.json"))
     ]
     return result, journals
+
+
+def run_twin(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *twin: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """`drills run SCENARIO --twin [NAME]` on the session's stack: the twin's gateway runs
+    beside it; the journals of the twin runs."""
+    return run_on_stack(scenario, stack, tmp_path, "--twin", *twin)
 
 
 def processes_naming(path: Path) -> list[int]:

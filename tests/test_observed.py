@@ -188,16 +188,36 @@ def test_without_an_l7_hop_the_claim_is_all_there_is_and_says_so() -> None:
     assert "no L7 hop to see it from outside" in opened.reason
 
 
-def test_retry_amplification_counted_at_the_hop() -> None:
-    # Each client request in the fault phase made two attempts at vllm-0 and one at vllm-1.
+def retried(also_vllm1: bool) -> list[HopRecord]:
+    """Round robin for 10 s, then each client request of the fault phase makes two attempts
+    at vllm-0 (and, ``also_vllm1``, one at vllm-1)."""
     records = round_robin(10)
     seq = len(records)
     for i in range(20):
         at = 10 + i * 0.5 + 0.01
         records += [attempt(seq, "vllm-0", at), attempt(seq + 1, "vllm-0", at + 0.1)]
-        records += [attempt(seq + 2, "vllm-1", at + 0.2)]
+        if also_vllm1:
+            records.append(attempt(seq + 2, "vllm-1", at + 0.2))
         seq += 3
-    ev = evaluation(records)
+    return records
+
+
+def upstream_attempts(at: float, **by_outcome: float) -> Probe:
+    """A scrape of the gateway: its count of model calls at vllm-0, by outcome."""
+    samples = [
+        {
+            "name": "drills_gateway_upstream_attempts_total",
+            "labels": {"upstream": "vllm-0", "outcome": outcome},
+            "value": value,
+        }
+        for outcome, value in by_outcome.items()
+    ]
+    return Probe.model_validate({"time": T0 + at, "source": "gateway", "samples": samples})
+
+
+def test_retry_amplification_counted_at_the_hop() -> None:
+    # Each client request in the fault phase made two attempts at vllm-0 and one at vllm-1.
+    ev = evaluation(retried(also_vllm1=True))
     checks = [
         Check(check="retry_amplification", target="models", during="fault", below=1.5),
         Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5),
@@ -258,27 +278,15 @@ def test_a_hop_the_l7_hop_does_not_front_is_judged_on_the_gateways_claim() -> No
 def test_the_gateways_own_count_of_model_calls_is_shown_beside_the_hops() -> None:
     # 40 attempts at vllm-0 in the fault window, seen at the hop; the embedded gateway counts
     # its model calls per upstream (drills_gateway_upstream_attempts_total): the same 40.
-    records = round_robin(10)
-    seq = len(records)
-    for i in range(20):
-        at = 10 + i * 0.5 + 0.01
-        records += [attempt(seq, "vllm-0", at), attempt(seq + 1, "vllm-0", at + 0.1)]
-        seq += 2
-
-    def says(at: float, count: float) -> Probe:
-        sample = {
-            "name": "drills_gateway_upstream_attempts_total",
-            "labels": {"upstream": "vllm-0", "outcome": "http_503"},
-            "value": count,
-        }
-        return Probe.model_validate({"time": T0 + at, "source": "gateway", "samples": [sample]})
-
+    records = retried(also_vllm1=False)
     check = Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5)
-    [agrees] = evaluate(evaluation(records, [says(9.9, 5), says(19.9, 45)]), [check])
+    scrapes = [upstream_attempts(9.9, http_503=5), upstream_attempts(19.9, http_503=45)]
+    [agrees] = evaluate(evaluation(records, scrapes), [check])
     assert agrees.observed == 2.0 and agrees.source == "observed"
     assert agrees.claim == "the gateway counted 40 attempts (2.00 per request)"
     assert not agrees.disagrees
-    [lies] = evaluate(evaluation(records, [says(9.9, 5), says(19.9, 15)]), [check])
+    scrapes = [upstream_attempts(9.9, http_503=5), upstream_attempts(19.9, http_503=15)]
+    [lies] = evaluate(evaluation(records, scrapes), [check])
     assert lies.disagrees and "the gateway's claim disagrees" in lies.reason
 
 
@@ -286,28 +294,11 @@ def test_the_gateways_breaker_probes_are_not_model_calls_in_its_claim() -> None:
     # The gateway probes an open breaker with GET /health and counts it as an attempt
     # (outcome probe_ok/probe_failed); the hop counts model calls only: so must the claim.
     records = [attempt(i, "vllm-0", 10 + i * 0.5 + 0.01) for i in range(20)]
-
-    def says(at: float, calls: float, probes: float) -> Probe:
-        return Probe.model_validate(
-            {
-                "time": T0 + at,
-                "source": "gateway",
-                "samples": [
-                    {
-                        "name": "drills_gateway_upstream_attempts_total",
-                        "labels": {"upstream": "vllm-0", "outcome": "ok"},
-                        "value": calls,
-                    },
-                    {
-                        "name": "drills_gateway_upstream_attempts_total",
-                        "labels": {"upstream": "vllm-0", "outcome": "probe_failed"},
-                        "value": probes,
-                    },
-                ],
-            }
-        )
-
     check = Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5)
-    [result] = evaluate(evaluation(records, [says(9.9, 0, 0), says(19.9, 20, 8)]), [check])
+    scrapes = [
+        upstream_attempts(9.9, ok=0, probe_failed=0),
+        upstream_attempts(19.9, ok=20, probe_failed=8),
+    ]
+    [result] = evaluate(evaluation(records, scrapes), [check])
     assert result.claim == "the gateway counted 20 attempts (1.00 per request)"
     assert not result.disagrees

@@ -4,13 +4,11 @@ multiplies them, and both are counted where they arrive."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunningStack, drills_cli, isolated_env, run_twin
+from tests.conftest import RunningStack, run_on_stack, run_twin
 
 pytestmark = pytest.mark.stack
 
@@ -25,24 +23,7 @@ def by_label(journal: dict) -> dict[str, dict]:
 def test_retry_storm_passes_on_the_sound_stack_counted_at_the_hop(
     stack: RunningStack, toxi: object, tmp_path: Path
 ) -> None:
-    result = subprocess.run(
-        drills_cli(
-            "run",
-            str(RETRY_STORM),
-            "--profile",
-            str(stack.config_path),
-            "--state-dir",
-            str(stack.state_dir),
-            "--out",
-            str(tmp_path / "runs"),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=isolated_env(tmp_path),
-    )
-    [path] = (tmp_path / "runs").glob("*/journal.json")
-    journal = json.loads(path.read_text())
+    result, [journal] = run_on_stack(RETRY_STORM, stack, tmp_path)
     checks = by_label(journal)
     assert result.returncode == 0, (result.stderr[-3000:], checks)
     for hop in ("vllm-0", "vllm-1"):
