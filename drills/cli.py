@@ -169,6 +169,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     faults.add_argument("--json", action="store_true")
 
+    worker = commands.add_parser(
+        "load-worker",
+        help="be one of a drill's load workers on this host (a drill with load.remote runs the "
+        "master; stack/deploy/kubernetes/40-load-workers.yaml runs these as a Job)",
+    )
+    worker.add_argument("--master", required=True, help="the drill's master, HOST:PORT")
+    worker.add_argument(
+        "--wait", default="60s", help="how long to try to reach the master (default 60s)"
+    )
+
     lint = commands.add_parser(
         "lint", help="check a stack config's timeouts, retries and breakers for contradictions"
     )
@@ -285,10 +295,22 @@ def _run(args: argparse.Namespace) -> int:
         "note": _note,
         "abort": _abort,
         "faults": _faults,
+        "load-worker": _load_worker,
     }.get(args.command)
     if handler is None:
         raise AssertionError(f"unhandled command {args.command!r}")
     return handler(args)
+
+
+def _load_worker(args: argparse.Namespace) -> int:
+    from drills.common.units import parse_duration
+    from drills.load import run_worker
+
+    try:
+        wait = parse_duration(args.wait)
+    except ValueError as exc:
+        raise InputError(f"--wait: {exc}") from None
+    return run_worker(args.master, wait)
 
 
 def _print_json(data: object) -> int:
@@ -674,6 +696,19 @@ def _lint(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(f.severity == "error" for f in findings) else EXIT_OK
 
 
+def _print_load(journal: Journal) -> None:
+    """The load's line: an open loop's rate as asked and as sent, and a shortfall loudly."""
+    load = journal.load
+    if load is None or load.mode != "open":
+        return
+    sent = f"{load.observed_rate:.2f}/s" if load.observed_rate is not None else "too few to tell"
+    print(f"  load: asked {load.asked_rate:g} requests/s ({load.arrival}), sent {sent}")
+    if load.short:
+        print(f"  LOAD FELL SHORT: {load.short}")
+    elif load.warning:
+        print(f"  load warning: {load.warning}")
+
+
 def _run_drill(args: argparse.Namespace) -> int:
     from drills.engine.runner import Runner
     from drills.model.scenario import load_scenario
@@ -689,6 +724,7 @@ def _run_drill(args: argparse.Namespace) -> int:
     for check in journal.checks:
         mark = "pass" if check.passed else "FAIL"
         print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
+    _print_load(journal)
     print(f"verdict: {journal.verdict}")
     print(f"report: {Path(journal.run_dir) / 'index.html'}")
     if journal.stack.profile:

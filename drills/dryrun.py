@@ -115,6 +115,8 @@ def dry_run(
         "stack": stack,
         "load": {
             "users": scenario.load.users,
+            "rate": scenario.load.rate,
+            "arrival": scenario.load.arrival,
             "shape": scenario.load.shape.kind,
             "warmup": scenario.load.warmup,
             "max_tokens": scenario.load.max_tokens,
@@ -177,16 +179,21 @@ def _stack_lines(stack: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _load_line(load: dict[str, Any]) -> str:
+    sent = (
+        f"{load['users']} user(s), {load['shape']}"
+        if load["users"] is not None
+        else f"{load['rate']:g} requests/s ({load['arrival']} arrivals, open loop)"
+    )
+    return f"  load: {sent}, warm-up {format_duration(load['warmup'])} (counts in no window)"
+
+
 def describe(plan: dict[str, Any]) -> list[str]:
     """The plan as lines for a terminal."""
     d = format_duration
     lines = [f"drill {plan['drill']}: {plan['title']}  ({plan['file']})"]
     lines += _stack_lines(plan["stack"])
-    load = plan["load"]
-    lines.append(
-        f"  load: {load['users']} user(s), {load['shape']}, warm-up {d(load['warmup'])} "
-        "(counts in no window)"
-    )
+    lines.append(_load_line(plan["load"]))
     lines.append("  timeline:")
     for phase in plan["phases"]:
         lines.append(f"    {d(phase['from']):>6} - {d(phase['to']):<6} phase {phase['name']}")

@@ -8,10 +8,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from drills.common.stats import percentile
-from drills.model.journal import Journal
+from drills.model.journal import Journal, LoadReport
 from drills.model.references import check_link
 
-__all__ = ["fmt_seconds", "runbook_link", "series", "windows"]
+__all__ = ["fmt_seconds", "load_lines", "runbook_link", "series", "windows"]
 
 
 def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | None:
@@ -31,6 +31,61 @@ def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | 
     target = (base / path).resolve()
     rel = os.path.relpath(target, out_dir.resolve())
     return rel + (f"#{anchor}" if anchor else "")
+
+
+def load_lines(journal: Journal) -> list[str]:
+    """The load as asked and as delivered, in sentences (first: the shortfall, if any)."""
+    load = journal.load
+    if load is None:
+        return []
+    rate = f"{load.observed_rate:.2f} requests/s" if load.observed_rate is not None else None
+    if load.mode == "closed":
+        lines = [
+            f"Closed loop: {load.users} user(s) sent {load.sent} requests"
+            + (f" ({rate} over the phases)." if rate else ".")
+        ]
+        if load.warning:
+            lines.append(f"Warning: {load.warning}.")
+        return lines + _fleet_lines(load)
+    lines = [f"LOAD FELL SHORT: {load.short}"] if load.short else []
+    model = f"gamma (burstiness {load.burstiness:g})" if load.arrival == "gamma" else load.arrival
+    line = (
+        f"Open loop: asked {load.asked_rate:g} requests/s, {model} arrivals, at most "
+        f"{load.max_in_flight} in flight; sent {load.sent} of {load.scheduled} scheduled"
+    )
+    if rate:
+        line += f", {rate} over the phases"
+    if load.observed_cv is not None and load.expected_cv is not None:
+        line += (
+            f"; gaps' coefficient of variation {load.observed_cv:.2f} "
+            f"(the model's: {load.expected_cv:.2f})"
+        )
+    if load.lag_p99 is not None:
+        line += (
+            f"; sent late by {fmt_seconds(load.lag_p50)} median, {fmt_seconds(load.lag_p99)} p99"
+        )
+    lines.append(line + f"; at most {load.peak_in_flight} in flight at once.")
+    if load.warning:
+        lines.append(f"Warning: {load.warning}.")
+    return lines + _fleet_lines(load)
+
+
+def _fleet_lines(load: LoadReport) -> list[str]:
+    """One line per load worker: its records, its clock against the master's, its CPU."""
+    if not load.workers_expected:
+        return []
+    lines = [f"Load processes: a master and {load.workers_expected} worker(s)."]
+    for p in load.processes:
+        if p.role != "worker":
+            continue
+        clock = (
+            f"clock {p.offset * 1000:+.1f} ms from the master's (within "
+            f"{(p.rtt or 0) * 500:.1f} ms), "
+            if p.offset is not None
+            else "clock offset not measured, "
+        )
+        lines.append(f"Worker {p.id}: {p.records} requests, {clock}CPU peak {p.cpu_peak:.0f}%.")
+    return lines
 
 
 def fmt_seconds(value: float | None) -> str:

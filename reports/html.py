@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from drills.model.journal import Journal
 from drills.model.records import Record
-from reports.common import fmt_seconds, runbook_link, series, windows
+from reports.common import fmt_seconds, load_lines, runbook_link, series, windows
 
 __all__ = ["render_html"]
 
@@ -199,4 +199,5 @@ def render_html(journal: Journal, out_dir: Path) -> str:
         charts=charts,
         samples=_samples(journal),
         windows=windows(journal),
+        load=load_lines(journal),
     )

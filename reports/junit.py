@@ -74,6 +74,17 @@ def junit_suite(journal: Journal) -> ET.Element:
         status = journal.status.value
         error = ET.SubElement(revert, "error", message=f"drill {status}", type=status)
         error.text = str(journal.aborted or status)
+    if journal.load is not None and journal.load.mode == "open":
+        delivered = ET.SubElement(
+            suite, "testcase", classname=classname, name="the load was delivered"
+        )
+        suite.set("tests", str(int(suite.get("tests", "0")) + 1))
+        if journal.load.short:
+            short = ET.SubElement(
+                delivered, "failure", message="the load fell short", type="LoadShort"
+            )
+            short.text = journal.load.short
+            suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     return suite
 
 

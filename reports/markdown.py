@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drills.model.journal import Journal
-from reports.common import runbook_link, windows
+from reports.common import load_lines, runbook_link, windows
 
 __all__ = ["render_markdown"]
 
@@ -75,6 +75,8 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
             f"{_cell(check.observed_text)} | {result} |"
         )
+    if journal.load is not None:
+        lines += ["", *load_lines(journal)]
     counted = windows(journal)
     if any(row["straddling"] for row in counted):
         lines += ["", "Straddling requests (counted where they met a fault, else where sent):"]

@@ -51,6 +51,12 @@ if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server) >&2
   if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
+# The load-worker test runs one worker with its wall clock set ahead by libfaketime (Debian's
+# faketime), to prove the master moves its records onto its own clock.
+if ! command -v faketime >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing faketime for the load-worker clock test" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) >&2
+fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
 [ $# -gt 0 ] || set -- drills --help

@@ -1,8 +1,12 @@
-"""Helpers shared by the tests: YAML problems, scenario copies, small HTTP servers."""
+"""Helpers shared by the tests: YAML problems, scenario copies, small HTTP servers, a real
+Toxiproxy."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +16,7 @@ from typing import Any
 import pytest
 
 from drills.common.errors import ConfigError
+from drills.common.toxiproxy import ToxiproxyClient
 
 
 def problems(load: Callable[[Path], Any], path: Path) -> list[str]:
@@ -108,3 +113,28 @@ def drill_with_docker_fault(tmp_path: Path, host: str, target: str = "vllm-0") -
     path = tmp_path / "docker-drill.yaml"
     path.write_text(anchored(text, tiny.parent))
     return path
+
+
+@contextmanager
+def toxiproxy_server(binary: Path) -> Iterator[ToxiproxyClient]:
+    """A real toxiproxy-server (``binary``) on a free loopback port; yields its client and stops
+    it afterwards."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [str(binary), "-host", "127.0.0.1", "-port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = ToxiproxyClient(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 10
+        while not client.is_up():
+            assert time.monotonic() < deadline, "toxiproxy-server did not start"
+            time.sleep(0.05)
+        yield client
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=10)

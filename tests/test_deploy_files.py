@@ -58,3 +58,19 @@ def test_kubernetes_manifests() -> None:
         by_kind_name[("ConfigMap", "gateway")]["data"]["stack.yaml"],
         by_kind_name[("ConfigMap", "toxiproxy")]["data"]["toxiproxy.json"],
     )
+
+
+def test_the_load_workers_job_runs_drills_load_worker() -> None:
+    from drills.cli import _parser
+
+    job = yaml.safe_load((DEPLOY / "load-workers.yaml").read_text())
+    assert job["kind"] == "Job"
+    spec = job["spec"]
+    assert spec["parallelism"] == spec["completions"]
+    [container] = spec["template"]["spec"]["containers"]
+    args = _parser().parse_args(container["args"])
+    assert args.command == "load-worker" and args.master == "$(DRILLS_MASTER)"
+    assert {e["name"] for e in container["env"]} == {"DRILLS_MASTER"}
+    assert container["resources"]["requests"]["cpu"] == "1"
+    dockerfile = (DEPLOY / "Dockerfile.drills").read_text()
+    assert 'ENTRYPOINT ["drills"]' in dockerfile

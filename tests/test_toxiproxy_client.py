@@ -7,10 +7,10 @@ about Toxiproxy and our client, not about what sits behind the proxy.
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -18,6 +18,7 @@ from drills.common.errors import ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from stack.provision import ensure_toxiproxy
 from tests.conftest import free_port
+from tests.helpers import serving, toxiproxy_server
 
 
 class TrickleServer:
@@ -56,36 +57,18 @@ class TrickleServer:
         self.sock.close()
 
 
-def _serve(binary: str) -> Iterator[ToxiproxyClient]:
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "-host", "127.0.0.1", "-port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = ToxiproxyClient(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 10
-        while not client.is_up():
-            assert time.monotonic() < deadline, "toxiproxy-server did not start"
-            time.sleep(0.05)
-        yield client
-    finally:
-        client.close()
-        server.terminate()
-        server.wait(timeout=10)
-
-
 @pytest.fixture
 def toxiproxy() -> Iterator[ToxiproxyClient]:
     """The Toxiproxy the stack runs: the pinned version with drills' fix for stuck toxics."""
-    yield from _serve(str(ensure_toxiproxy()))
+    with toxiproxy_server(ensure_toxiproxy()) as client:
+        yield client
 
 
 @pytest.fixture
 def stock_toxiproxy() -> Iterator[ToxiproxyClient]:
     """The pinned version as released, as a user's own Toxiproxy would be."""
-    yield from _serve(str(ensure_toxiproxy(stock=True)))
+    with toxiproxy_server(ensure_toxiproxy(stock=True)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -266,3 +249,25 @@ def test_down_fault_disables_the_hop_and_reverts(
     ).inject[0]
     with pytest.raises(ToxiproxyError, match="has no proxy 'nope'; it has: up"):
         build(missing, InjectionContext("t3", toxiproxy.base_url, toxiproxy), 0).apply()
+
+
+class NotToxiproxy(BaseHTTPRequestHandler):
+    """Something else on the port a user named as their Toxiproxy: a web page."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_url_that_is_not_toxiproxy_is_named_as_such() -> None:
+    with (
+        serving(NotToxiproxy) as url,
+        ToxiproxyClient(url) as client,
+        pytest.raises(ToxiproxyError, match=r"the answer is not Toxiproxy's list of proxies"),
+    ):
+        client.proxies()

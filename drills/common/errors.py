@@ -15,6 +15,7 @@ Every error the tool raises on purpose derives from ``DrillsError``::
     │   ├── KubeError
     │   └── HopError      the harness's L7 hop (``drills.hop``)
     ├── InjectionFailed       a fault did not land (nothing matched, the target refused)
+    ├── LoadError             the load could not be delivered as asked (a worker never came)
     ├── RevertError           a fault could not be removed; always recorded, never swallowed
     ├── RunStopped            the run was stopped from outside; its faults are reverted
     │   ├── Interrupted       Ctrl-C or SIGTERM
@@ -42,6 +43,7 @@ __all__ = [
     "Interrupted",
     "KillSwitch",
     "KubeError",
+    "LoadError",
     "ProvisionError",
     "RevertError",
     "RunStopped",
@@ -153,6 +155,11 @@ class HopError(APIError):
 
 class InjectionFailed(DrillsError):
     """A fault could not be applied: nothing matched its selector, or the target refused."""
+
+
+class LoadError(DrillsError):
+    """The load could not be delivered as the scenario asked: a load worker never connected,
+    or the master gave up waiting. The run is aborted before its phases, naming them."""
 
 
 class RevertError(DrillsError):

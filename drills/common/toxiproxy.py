@@ -145,8 +145,15 @@ class ToxiproxyClient:
         return True
 
     def proxies(self) -> dict[str, Proxy]:
-        data = self._call("GET", "/proxies")
-        return {name: Proxy.from_json(p) for name, p in (data or {}).items()}
+        data = self._call("GET", "/proxies") or {}
+        if not isinstance(data, dict) or not all(isinstance(p, dict) for p in data.values()):
+            raise ToxiproxyError(
+                f"Toxiproxy GET {self.base_url}/proxies: the answer is not Toxiproxy's list of "
+                f"proxies ({str(data)[:80]!r}); is {self.base_url} a Toxiproxy API?",
+                method="GET",
+                url=self.base_url + "/proxies",
+            )
+        return {name: Proxy.from_json(p) for name, p in data.items()}
 
     def proxy(self, name: str) -> Proxy:
         return Proxy.from_json(self._call("GET", f"/proxies/{name}"))

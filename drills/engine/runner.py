@@ -37,6 +37,7 @@ from drills.common.errors import (
     InputError,
     Interrupted,
     KillSwitch,
+    LoadError,
     SafetyViolation,
     StackError,
 )
@@ -60,11 +61,13 @@ from drills.engine.safety import (
 )
 from drills.engine.watchdog import Watchdog
 from drills.load import LoadProcess, RecordReader, load_prompts
+from drills.load.report import load_report
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import (
     CheckResult,
     Journal,
+    LoadReport,
     PhaseWindow,
     Probe,
     Rollbacks,
@@ -521,6 +524,7 @@ class Runner:
                     stack.callback(load.stop)
                     for planned in faults:
                         stack.callback(lifecycle.revert, planned)
+                    load.wait_for_workers()
                     self._warmup(reader, outcome.live)
                     self.t0 = time.time()
                     for name, (start, end) in self._phase_offsets().items():
@@ -531,6 +535,10 @@ class Runner:
             except Interrupted as exc:
                 outcome.status = RunStatus.INTERRUPTED
                 self._event("interrupted", signal=str(exc))
+            except LoadError as exc:  # before any phase: nothing was judged on a partial load
+                outcome.status = RunStatus.ABORTED
+                outcome.abort = {"cause": "load_failed", "reason": str(exc)}
+                self._event("aborted", **outcome.abort)
             except KillSwitch:
                 outcome.status = RunStatus.ABORTED
                 request = abort_request(abort_path)
@@ -567,12 +575,9 @@ class Runner:
         """Checks over their windows, then the journal (written) and the reports."""
         ev = self._evaluation(endpoints, state_dir, faults, prober, outcome)
         results = evaluate(ev)
-        status = outcome.status
-        if status is RunStatus.COMPLETED and (self.revert_errors or self._watchdog_actions):
-            # A fault not reverted, or reverted by the watchdog because the run was stuck
-            # past its schedule: the run did not keep its own timeline.
-            status = RunStatus.FAILED
         scenario = self.scenario
+        delivered = self._delivered(run_dir, ev)
+        status = self._status(outcome.status, delivered)
         journal = Journal(
             drill=scenario.drill,
             title=scenario.title,
@@ -601,6 +606,7 @@ class Runner:
             gpu=prober.gpu,
             retrieval=self.retrieval_status,
             checks=results,
+            load=delivered,
             twin=self._twin(results, status),
             run_dir=str(run_dir),
         )
@@ -611,6 +617,25 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _status(self, status: RunStatus, delivered: LoadReport) -> RunStatus:
+        """A run that completed its timeline failed all the same when a fault was not
+        reverted, or reverted by the watchdog because the run was stuck past its schedule (the
+        run did not keep its own timeline), or when its load fell short (the stack was judged
+        on less traffic than the drill asked for)."""
+        if status is RunStatus.COMPLETED and (
+            self.revert_errors or self._watchdog_actions or delivered.short
+        ):
+            return RunStatus.FAILED
+        return status
+
+    def _delivered(self, run_dir: Path, ev: Evaluation) -> LoadReport:
+        """What the load delivered; a shortfall is said at once (it fails the run)."""
+        records = run_dir / "records.jsonl"
+        delivered = load_report(self.scenario.load, records, ev.records, ev.phases)
+        if delivered.short:
+            self._say(f"the load fell short: {delivered.short}", "warning")
+        return delivered
 
     def _twin(self, results: list[CheckResult], status: RunStatus) -> TwinOutcome | None:
         if self.options.twin is None:

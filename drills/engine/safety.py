@@ -77,6 +77,10 @@ class SafetyPolicy(BaseModel):
     """How long past its scheduled end a fault may stay in force before the run's watchdog
     reverts it, even while its runner lives (a runner stuck in a hung call)."""
     max_users: int = Field(default=32, ge=1)
+    """The most requests a load may hold at once: its users, or an open-loop load's
+    ``max_in_flight``."""
+    max_rate: float = Field(default=100.0, gt=0)
+    """Requests per second an open-loop load (``load.rate``) may send."""
     max_pods: int = Field(default=10, ge=0)
     """Pods one Kubernetes fault may delete."""
     max_containers: int = Field(default=10, ge=0)
@@ -247,10 +251,20 @@ def check_scenario(
             f"{where(('phases',))}phases: faults hit {len(targets)} hops ({', '.join(targets)}); "
             f"max_targets is {policy.max_targets}"
         )
-    if scenario.load.users > policy.max_users:
+    load = scenario.load
+    if load.concurrency > policy.max_users:
+        # An open-loop load's bound on what it holds at once is its max_in_flight.
+        field, what = (
+            ("users", "users") if load.users is not None else ("max_in_flight", "in flight")
+        )
         problems.append(
-            f"{where(('load', 'users'))}load.users: {scenario.load.users} users; max_users is "
+            f"{where(('load', field))}load.{field}: {load.concurrency} {what}; max_users is "
             f"{policy.max_users}"
+        )
+    if load.rate is not None and load.rate > policy.max_rate:
+        problems.append(
+            f"{where(('load', 'rate'))}load.rate: {load.rate:g} requests/s; max_rate is "
+            f"{policy.max_rate:g}"
         )
     total = scenario.duration + scenario.load.warmup
     if total > policy.max_drill_duration:

@@ -11,20 +11,24 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drills.common.errors import InputError, LoadError
 from drills.common.redact import redact_url
+from drills.load.report import sent_log_path, workers_log_path
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.records import Record
 from drills.model.references import read_prompts
 from drills.model.scenario import FallbackRule, LoadConfig, expand_env
 
-__all__ = ["LoadProcess", "RecordReader", "load_prompts"]
+__all__ = ["LoadProcess", "RecordReader", "describe_load", "load_prompts", "run_worker"]
 
 logger = logging.getLogger(__name__)
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -51,6 +55,9 @@ class LoadProcess:
     adapter: GatewayAdapter = field(default_factory=lambda: BUILTIN_ADAPTERS["drills"])
     """Which headers say the route, the upstream and a fallback."""
     process: subprocess.Popen[bytes] | None = None
+    """The single Locust process, or the master."""
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """Local worker processes, under the master."""
 
     def _fallback(self) -> dict[str, Any]:
         """The scenario's rule; without a header of its own, the adapter's fallback header."""
@@ -60,13 +67,20 @@ class LoadProcess:
             rule["header_values"] = self.adapter.fallback_values
         return rule
 
-    def start(self) -> None:
-        # Long on purpose: Everything the Locust process needs, written once and started once: the
-        # config file, the environment (headers kept off the command line) and the command.
-        config = {
+    def _config(self) -> dict[str, Any]:
+        """What every load process runs by (workers get it from the master)."""
+        return {
             "gateway": redact_url(self.gateway),
             "records": str(self.records),
+            "sent_log": str(sent_log_path(self.records)),
+            "workers_log": str(workers_log_path(self.records)),
+            "workers_expected": self.load.expected_workers(),
             "users": self.load.users,
+            "rate": self.load.rate,
+            "arrival": self.load.arrival,
+            "burstiness": self.load.burstiness,
+            "max_in_flight": self.load.max_in_flight,
+            "stop_timeout": self.stop_timeout,
             "spawn_rate": self.load.spawn_rate,
             "shape": self.load.shape.model_dump(by_alias=False),
             "prompts": self.prompts,
@@ -84,51 +98,111 @@ class LoadProcess:
             # Locust ignores --run-time when a load shape is in use; the shape stops itself.
             "run_time": self.run_time + 30,
         }
+
+    def start(self) -> None:
+        """Start the load: one Locust process, or a master and the local workers (remote ones
+        connect to the master by themselves)."""
         config_path = self.records.with_suffix(".load.json")
-        config_path.write_text(json.dumps(config))
+        config_path.write_text(json.dumps(self._config()))
         self.records.touch()
-        log = self.records.with_suffix(".locust.log")
-        with open(log, "ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "locust",
-                    "-f",
-                    str(LOCUSTFILE),
-                    "--headless",
-                    "--run-time",
-                    f"{int(self.run_time) + 60}s",
-                    "--only-summary",
-                    "--stop-timeout",
-                    f"{self.stop_timeout:g}",
-                    "--loglevel",
-                    "WARNING",
-                    "--skip-log-setup",
-                ],
-                env={
-                    **os.environ,
-                    "DRILLS_LOAD_CONFIG": str(config_path),
-                    # In the environment, not on the command line: the URL may carry
-                    # credentials, and a command line is visible to every user (ps).
-                    "LOCUST_HOST": self.gateway,
-                    # Headers may carry credentials: they travel in the child's environment,
-                    # never in a file of the run directory.
-                    "DRILLS_LOAD_HEADERS": json.dumps(
-                        {k: expand_env(v) for k, v in self.load.headers.items()}
-                    ),
-                },
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_stop_with_parent,
-            )
+        env = {
+            **os.environ,
+            "DRILLS_LOAD_CONFIG": str(config_path),
+            # In the environment, not on the command line: the URL may carry credentials, and
+            # a command line is visible to every user (ps).
+            "LOCUST_HOST": self.gateway,
+            # Headers may carry credentials: they travel in the child's environment, never in
+            # a file of the run directory.
+            "DRILLS_LOAD_HEADERS": json.dumps(
+                {k: expand_env(v) for k, v in self.load.headers.items()}
+            ),
+        }
+        expected = self.load.expected_workers()
+        command = [
+            "--headless",
+            "--run-time",
+            f"{int(self.run_time) + 60}s",
+            "--only-summary",
+            "--stop-timeout",
+            f"{self.stop_timeout:g}",
+        ]
+        if expected:
+            host, port = self._master_address()
+            wait = self.load.remote.wait if self.load.remote else 60.0
+            command += [
+                "--master",
+                "--master-bind-host",
+                host,
+                "--master-bind-port",
+                str(port),
+                "--expect-workers",
+                str(expected),
+                "--expect-workers-max-wait",
+                f"{wait:g}",
+            ]
+        self.process = _locust(command, env, self.records.with_suffix(".locust.log"))
+        for index in range(self.load.local_workers() if expected else 0):
+            log = self.records.with_suffix(f".worker{index}.log")
+            self.workers.append(
+                _locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                        env, log)
+            )  # fmt: skip
         logger.info(
-            "load: %d user(s) against %s (pid %d)",
-            self.load.users,
+            "load: %s against %s (pid %d%s)",
+            describe_load(self.load),
             redact_url(self.gateway),
             self.process.pid,
+            f", {expected} worker(s): {len(self.workers)} here" if expected else "",
+        )
+
+    def _master_address(self) -> tuple[str, int]:
+        """Where the master listens: the remote workers' ``bind``, else a free loopback port."""
+        if self.load.remote is not None:
+            host, _, port = self.load.remote.bind.rpartition(":")
+            return host, int(port)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return "127.0.0.1", int(sock.getsockname()[1])
+
+    def fleet(self) -> dict[str, Any]:
+        """The fleet's health as the master last wrote it (empty before it wrote any)."""
+        try:
+            return dict(json.loads(workers_log_path(self.records).read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for_workers(self) -> None:
+        """Return once every expected worker has connected; raise ``LoadError`` naming how
+        many came when the master gave up waiting (or died)."""
+        expected = self.load.expected_workers()
+        proc = self.process
+        if not expected or proc is None:
+            return
+        wait = self.load.remote.wait if self.load.remote else 60.0
+        deadline = time.monotonic() + wait + 10
+        while time.monotonic() < deadline:
+            workers = [p for p in self.fleet().get("processes", []) if p.get("role") == "worker"]
+            if len(workers) >= expected:
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise LoadError(self._missing(expected))
+
+    def _missing(self, expected: int) -> str:
+        came = [p["id"] for p in self.fleet().get("processes", []) if p.get("role") == "worker"]
+        dead = [
+            f"local worker {i} (pid {w.pid}) exited with code {w.returncode}"
+            for i, w in enumerate(self.workers)
+            if w.poll() is not None
+        ]
+        remote = self.load.remote
+        where = f" at {remote.bind}" if remote else ""
+        return (
+            f"only {len(came)} of {expected} load workers connected to the master{where}"
+            + (f" ({', '.join(came)})" if came else "")
+            + (f"; {'; '.join(dead)}" if dead else "")
+            + ": the load would have fallen short, so the drill did not start its phases"
         )
 
     @property
@@ -139,16 +213,79 @@ class LoadProcess:
         return min(float(self.load.timeout), MAX_STOP_TIMEOUT)
 
     def stop(self) -> None:
-        """Stop the load; requests in flight get ``stop_timeout`` to finish."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
+        """Stop the load; requests in flight get ``stop_timeout`` to finish. The master stops
+        its workers, which send their last records first; any process left is killed."""
+        for proc in [self.process, *self.workers]:
+            if proc is None or proc.poll() is not None:
+                continue
+            if proc is self.process:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout + 10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _locust(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """One Locust process of the load, in its own session (so a signal to the runner's group
+    does not reach it) that ends with the runner."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(LOCUSTFILE),
+                *args,
+                "--loglevel",
+                "WARNING",
+                "--skip-log-setup",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
+        )
+
+
+def run_worker(master: str, wait: float) -> int:
+    """Be a load worker of the drill whose master listens at ``master`` (HOST:PORT): once it
+    can be reached (tried for ``wait`` seconds), this process becomes a Locust worker, takes
+    its configuration from the master and sends it its records. An address that is not
+    HOST:PORT, or a master that cannot be reached, is bad input (exit 2)."""
+    host, _, port = master.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"--master {master!r}: expected HOST:PORT (e.g. 10.0.0.5:5557)")
+    deadline = time.monotonic() + wait
+    while True:
         try:
-            proc.wait(timeout=self.stop_timeout + 10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            socket.create_connection((host, int(port)), timeout=2).close()
+            break
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise InputError(
+                    f"--master {master}: the load master cannot be reached ({exc}; tried for "
+                    f"{wait:g}s): is a drill with load.remote running, and does its "
+                    "load.remote.bind listen where this host can reach it?"
+                ) from None
+            time.sleep(0.5)
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker"]
+    os.execv(sys.executable, [*argv, "--master-host", host, "--master-port", port])
+
+
+def describe_load(load: LoadConfig) -> str:
+    """The load in a few words: ``4 users`` or ``20 requests/s (poisson, open loop)``."""
+    if load.users is not None:
+        return f"{load.users} user(s)"
+    shape = f"gamma {load.burstiness:g}" if load.arrival == "gamma" else load.arrival
+    return (
+        f"{load.rate:g} requests/s ({shape} arrivals, open loop, "
+        f"at most {load.max_in_flight} in flight)"
+    )
 
 
 def _stop_with_parent() -> None:

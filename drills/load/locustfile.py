@@ -1,10 +1,18 @@
 """The Locust side of drills' load: an LLM user that streams chat completions, asks RAG
 questions (``/v1/rag/answer``) or runs agent tasks (``/v1/agent/run``), as ``endpoint`` says.
 
-Run by ``drills.load.LoadProcess`` only (configuration comes from the file named by
-``DRILLS_LOAD_CONFIG``). Every request becomes one JSON line in the records file: start time,
-time to first token, inter-token gaps, end-to-end time, status, tokens, whether the answer was
-the fallback, the route and upstream the gateway reported, and the trace id.
+Run by ``drills.load.LoadProcess`` (a single process, or a master with workers) and by
+``drills load-worker`` (a worker on another host). The single process and the master read
+their configuration from the file named by ``DRILLS_LOAD_CONFIG``; a worker gets it from the
+master (``drills.load.fleet``). Every request becomes one JSON line in the records file: start
+time, time to first token, inter-token gaps, end-to-end time, status, tokens, whether the answer
+was the fallback, the route and upstream the gateway reported, and the trace id.
+
+Closed loop (``users``): ``LLMUser``s, each sending its next request once its last answer came.
+Open loop (``rate``): one ``ArrivalUser`` per load process that sends requests on a schedule of
+gaps drawn from the arrival model (constant, poisson, gamma), each in a greenlet of its own, at
+most ``max_in_flight`` at once; an arrival that finds them all busy is counted as not sent. What
+the schedule did is written to ``<records>.sent.json`` while it runs.
 
 Timing is ours, not Locust's: FastHttpUser's line iterator buffers 1 KiB, which makes its first
 token arrive with the whole answer. ``requests`` with ``stream=True`` and
@@ -18,45 +26,93 @@ import os
 import random
 import secrets
 import signal
+import sys
 import time
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
 import gevent.event  # type: ignore[import-untyped]
+import gevent.pool  # type: ignore[import-untyped]
 import requests
 from locust import LoadTestShape, User, constant, events, task
 from locust.env import Environment
+from locust.exception import StopUser
+from locust.runners import MasterRunner, WorkerRunner
 
+from drills.load.arrivals import gaps
+from drills.load.fleet import Fleet, Sink, serve_worker, write_json
 from drills.model.records import Record
 
-with open(os.environ["DRILLS_LOAD_CONFIG"]) as _config:
-    CONFIG: dict[str, Any] = json.load(_config)
+IS_WORKER = "--worker" in sys.argv
+"""A Locust worker (on this machine or another): its configuration comes from the master."""
+
+
+def _own_config() -> dict[str, Any]:
+    if IS_WORKER:
+        return {}
+    with open(os.environ["DRILLS_LOAD_CONFIG"]) as config:
+        return dict(json.load(config))
+
+
+CONFIG: dict[str, Any] = _own_config()
 HEADERS: dict[str, str] = json.loads(os.environ.get("DRILLS_LOAD_HEADERS") or "{}")
-# Open for the life of the process: one line per request, flushed at each newline.
-RECORDS = open(CONFIG["records"], "a", buffering=1)  # noqa: SIM115
-FALLBACK = CONFIG["fallback"]
+OPEN_LOOP = CONFIG.get("rate") is not None
+CONFIGURED = gevent.event.Event()
+"""Set once ``CONFIG`` is known: at once, or on a worker when the master's configuration came."""
+if CONFIG:
+    CONFIGURED.set()
+SINK = Sink()
 
 
 STOPPING = gevent.event.Event()
 """Set by SIGTERM: the shape's next tick ends the test."""
 
 
-def _stop_gently_on_sigterm(environment: Environment, **_: Any) -> None:
+def _on_init(environment: Environment, **_: Any) -> None:
     """SIGTERM (how ``LoadProcess.stop`` ends the load) ends the shape test at its next tick,
     so that Locust stops the users itself, giving requests in flight ``--stop-timeout`` to
     finish (one still waiting is then recorded as unfinished). Locust installs its own SIGTERM
     handler only after a headless shape test has run, so without this one SIGTERM killed the
-    process with its requests in flight, and their records."""
+    process with its requests in flight, and their records.
+
+    Then the process's part in the fleet: a worker sends its records to the master and takes
+    its configuration from it; the master (or the single process) writes the records file and
+    keeps the fleet's account."""
     gevent.signal_handler(signal.SIGTERM, STOPPING.set)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        SINK.to_master(runner)
+        serve_worker(runner, _configure)
+        # The master's stop reaches a worker as test_stopping: the arrival user ends its
+        # schedule, and a closed-loop user sends nothing more.
+        environment.events.test_stopping.add_listener(lambda **_: STOPPING.set())  # type: ignore[no-untyped-call]
+        # Before the worker tells the master it stopped: the last records reach it first.
+        environment.events.test_stop.add_listener(lambda **_: SINK.flush())  # type: ignore[no-untyped-call]
+        return
+    SINK.open_file(CONFIG["records"])
+    fleet = Fleet(environment, CONFIG, SINK, HEADERS)
+    if isinstance(runner, MasterRunner):
+        fleet.serve(runner)
+    else:
+        fleet.watch_local(runner)
+    environment.events.quitting.add_listener(lambda **_: fleet.write_health())  # type: ignore[no-untyped-call]
 
 
-events.init.add_listener(_stop_gently_on_sigterm)  # type: ignore[no-untyped-call]
+def _configure(config: dict[str, Any]) -> None:
+    """A worker's configuration, from the master."""
+    HEADERS.update(config.pop("headers", None) or {})
+    CONFIG.update(config)
+    CONFIGURED.set()
+
+
+events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
 
 
 def _is_fallback(headers: Any, text: str) -> bool:
-    if FALLBACK.get("header") and headers.get(FALLBACK["header"]) in FALLBACK["header_values"]:
+    rule = CONFIG["fallback"]
+    if rule.get("header") and headers.get(rule["header"]) in rule["header_values"]:
         return True
-    return bool(FALLBACK.get("contains")) and FALLBACK["contains"] in text
+    return bool(rule.get("contains")) and rule["contains"] in text
 
 
 def _served_by(record: dict[str, Any], headers: Any) -> None:
@@ -69,9 +125,11 @@ def _served_by(record: dict[str, Any], headers: Any) -> None:
         record["upstream"] = CONFIG["upstream_map"].get(value, value) if value else None
 
 
-def _new_record(trace_id: str, endpoint: str) -> dict[str, Any]:
+def _new_record(trace_id: str, endpoint: str, lag: float | None = None) -> dict[str, Any]:
     """One request's line, before it is sent (the schema is ``drills.model.records.Record``)."""
-    return Record.begin(trace_id, endpoint).model_dump()
+    record = Record.begin(trace_id, endpoint).model_dump()
+    record["lag"] = lag
+    return record
 
 
 def _write(record: dict[str, Any]) -> None:
@@ -90,7 +148,7 @@ def _write(record: dict[str, Any]) -> None:
             error=f"record not valid: {exc}"[:300],
         )
         line = fallback.model_dump_json(exclude_none=False)
-    RECORDS.write(line + "\n")
+    SINK.write(line)
 
 
 def _unfinished(record: dict[str, Any], started: float) -> None:
@@ -102,22 +160,24 @@ def _unfinished(record: dict[str, Any], started: float) -> None:
     _write(record)
 
 
-class LLMUser(User):
-    wait_time = constant(CONFIG["wait"])
+class Sender:
+    """Sends one request at a time on its own HTTP session (keep-alive) and writes its
+    record: a closed-loop user has one, the open-loop arrival user one per request in flight."""
 
-    def on_start(self) -> None:
+    def __init__(self, user: User) -> None:
         self.session = requests.Session()
+        self.host = user.host
+        self.environment = user.environment
 
-    @task
-    def request(self) -> None:
-        if STOPPING.is_set():
-            return  # the load is stopping: send nothing it would not wait for
+    def send(self, lag: float | None = None) -> None:
+        """One request of the scenario's endpoint; ``lag``: how late it leaves against its
+        scheduled arrival (open loop)."""
         if CONFIG.get("endpoint", "chat") == "chat":
-            self.chat()
+            self.chat(lag)
         else:
-            self.json_path(CONFIG["endpoint"])
+            self.json_path(CONFIG["endpoint"], lag)
 
-    def json_path(self, endpoint: str) -> None:
+    def json_path(self, endpoint: str, lag: float | None) -> None:
         """A RAG question or an agent task: one JSON answer, timed whole."""
         messages = random.choice(CONFIG["prompts"])
         prompt = next(
@@ -130,7 +190,7 @@ class LLMUser(User):
         body = {key: prompt}
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
-        record = _new_record(trace_id, endpoint)
+        record = _new_record(trace_id, endpoint, lag)
         started = time.perf_counter()
         try:
             response = self.session.post(
@@ -174,7 +234,7 @@ class LLMUser(User):
             context={},
         )
 
-    def chat(self) -> None:
+    def chat(self, lag: float | None) -> None:
         messages = random.choice(CONFIG["prompts"])
         body: dict[str, Any] = {
             "messages": messages,
@@ -193,7 +253,7 @@ class LLMUser(User):
             body["model"] = CONFIG["model"]
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
-        record = _new_record(trace_id, "chat")
+        record = _new_record(trace_id, "chat", lag)
         started = time.perf_counter()
         try:
             with self.session.post(
@@ -344,6 +404,118 @@ def _judge_complete(record: dict[str, Any], done: bool) -> None:
             )
 
 
+class LLMUser(User):
+    """Closed loop: one user, sending its next request once its last answer came and
+    ``wait`` passed."""
+
+    # Locust runs the concrete user classes only; a worker has both, and runs the ones the
+    # master sends it.
+    abstract = OPEN_LOOP and not IS_WORKER
+
+    def wait_time(self) -> float:
+        return float(CONFIG["wait"])
+
+    def on_start(self) -> None:
+        CONFIGURED.wait(30)
+        self.sender = Sender(self)
+
+    @task
+    def request(self) -> None:
+        if STOPPING.is_set():
+            return  # the load is stopping: send nothing it would not wait for
+        self.sender.send()
+
+
+class SentLog:
+    """What this process's open-loop schedule did: written to ``<records>.sent.json`` about
+    once a second and at the end (a worker sends it to the master, which adds the workers'
+    accounts up); the runner reads it into the journal's ``load``."""
+
+    MAX_TIMES = 100_000
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.scheduled = 0
+        self.sent = 0
+        self.not_sent_at: list[float] = []
+        self.not_sent = 0
+        self.peak_in_flight = 0
+        self._written = 0.0
+
+    def write(self, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._written < 1.0:
+            return
+        self._written = now
+        data = {
+            "scheduled": self.scheduled,
+            "sent": self.sent,
+            "not_sent": self.not_sent,
+            "not_sent_at": self.not_sent_at,
+            "peak_in_flight": self.peak_in_flight,
+            "final": final,
+        }
+        if isinstance(self.runner, WorkerRunner):
+            self.runner.send_message("drills_sent", data)
+        else:
+            write_json(CONFIG["sent_log"], {**data, "workers": 0})
+
+
+class ArrivalUser(User):
+    """Open loop: sends the scenario's requests on schedule, each in a greenlet of its own,
+    whether or not earlier answers came. The schedule is absolute (arrival k is due at the sum
+    of the first k gaps), so a late wake-up does not stretch the ones after it; how late each
+    request left is its record's ``lag``."""
+
+    abstract = not OPEN_LOOP and not IS_WORKER
+    wait_time = constant(0)
+
+    @task
+    def arrivals(self) -> None:
+        """The whole schedule, once: Locust would call a task that returned again, and a
+        second schedule's log would overwrite the first's."""
+        CONFIGURED.wait(30)
+        if STOPPING.is_set():
+            raise StopUser()
+        log = SentLog(self.environment.runner)
+        pool = gevent.pool.Pool(CONFIG["max_in_flight"])
+        idle: list[Sender] = []
+        schedule = gaps(CONFIG["rate"], CONFIG["arrival"], CONFIG.get("burstiness"))
+        origin, due = time.perf_counter(), 0.0
+        try:
+            while not STOPPING.is_set():
+                due += next(schedule)
+                delay = origin + due - time.perf_counter()
+                if delay > 0 and STOPPING.wait(delay):
+                    break
+                log.scheduled += 1
+                if pool.full():  # every slot holds an unanswered request
+                    log.not_sent += 1
+                    if len(log.not_sent_at) < SentLog.MAX_TIMES:
+                        log.not_sent_at.append(time.time())
+                else:
+                    lag = max(0.0, time.perf_counter() - (origin + due))
+                    sender = idle.pop() if idle else Sender(self)
+                    pool.spawn(self._send, sender, idle, lag)
+                    log.sent += 1
+                    log.peak_in_flight = max(log.peak_in_flight, len(pool))
+                log.write()
+            # Requests in flight get the stop timeout to finish, a little less than Locust's
+            # own, so that this user ends them itself (as unfinished) before Locust kills it.
+            pool.join(timeout=max(0.0, CONFIG["stop_timeout"] - 0.5))
+        finally:
+            pool.kill()  # requests still waiting: each writes its record as unfinished
+            log.write(final=True)
+        raise StopUser()
+
+    @staticmethod
+    def _send(sender: Sender, idle: list[Sender], lag: float) -> None:
+        try:
+            sender.send(lag)
+        finally:
+            idle.append(sender)
+
+
 class DrillShape(LoadTestShape):
     """steady, step or spike, as the scenario's ``load.shape`` says."""
 
@@ -352,7 +524,11 @@ class DrillShape(LoadTestShape):
         users, rate = CONFIG["users"], CONFIG["spawn_rate"]
         elapsed: float = self.get_run_time()  # type: ignore[no-untyped-call]
         if STOPPING.is_set() or elapsed > CONFIG["run_time"]:
+            STOPPING.set()
             return None  # SIGTERM, or the backstop: the runner stops the load long before
+        if OPEN_LOOP:
+            # One arrival user per load process sends its share of the schedule.
+            return max(1, int(CONFIG.get("workers_expected") or 1)), rate
         if shape["kind"] == "step":
             steps = int(elapsed // shape["every"])
             return min(users, shape["start"] + steps * shape["step"]), rate

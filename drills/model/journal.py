@@ -36,6 +36,8 @@ __all__ = [
     "CheckResult",
     "FaultRecord",
     "Journal",
+    "LoadProcessHealth",
+    "LoadReport",
     "PhaseWindow",
     "Probe",
     "Rollbacks",
@@ -158,6 +160,62 @@ class CheckResult(_Model):
     """The gateway's claim and the harness's observation disagree (shown in the report)."""
 
 
+class LoadProcessHealth(_Model):
+    """One Locust process of the load, as the master (or the single process) saw it."""
+
+    id: str
+    role: Literal["single", "master", "worker"]
+    records: int = 0
+    """Records it sent (a master: all it wrote, its workers' included)."""
+    cpu_peak: float = 0.0
+    """Its highest CPU use seen, percent of one core (Locust's own reading)."""
+    offset: float | None = None
+    """A worker: its clock minus the master's, seconds (its records were moved by it)."""
+    rtt: float | None = None
+    """A worker: the round trip of the clock probe the offset came from (the offset's error
+    is at most half of it)."""
+    connected_at: float | None = None
+
+
+class LoadReport(_Model):
+    """What the load delivered, against what the scenario asked. An open-loop load that did
+    not send every request its schedule had falls short, and the run fails saying so."""
+
+    mode: Literal["closed", "open"]
+    """``closed``: users waiting for their answers; ``open``: requests sent at a rate."""
+    users: int | None = None
+    asked_rate: float | None = None
+    """Open loop: the rate the scenario asked for, requests per second."""
+    arrival: str | None = None
+    burstiness: float | None = None
+    max_in_flight: int | None = None
+    scheduled: int | None = None
+    """Open loop: arrivals the schedule had, warm-up included."""
+    sent: int = 0
+    """Requests sent (records written), warm-up included."""
+    not_sent: int = 0
+    """Open loop: arrivals not sent because ``max_in_flight`` requests were in flight."""
+    not_sent_by_phase: dict[str, int] = Field(default_factory=dict)
+    peak_in_flight: int | None = None
+    observed_rate: float | None = None
+    """Requests per second sent over the phases (warm-up left out)."""
+    observed_cv: float | None = None
+    """The coefficient of variation of the gaps between those requests (open loop: 0 for
+    constant arrivals, 1 for poisson, 1/sqrt(burstiness) for gamma)."""
+    expected_cv: float | None = None
+    lag_p50: float | None = None
+    """Open loop: how late requests left against their schedule, median and p99 (seconds)."""
+    lag_p99: float | None = None
+    workers_expected: int = 0
+    """Load workers under a master (0: one Locust process)."""
+    processes: list[LoadProcessHealth] = Field(default_factory=list)
+    short: str | None = None
+    """Why the load fell short of what the scenario asked; ``None``: it did not."""
+    warning: str | None = None
+    """Something about the load a reader should know that did not fail the run (the load
+    generator sending late, say)."""
+
+
 class TwinOutcome(_Model):
     """A run on one of the drill's twins (``Scenario.twins``): a broken stack the drill must
     fail on, naming the checks that catch it. The twin holds when the run completed and
@@ -270,6 +328,8 @@ class Journal(_Model):
     gpu: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
     checks: list[CheckResult] = Field(default_factory=list)
+    load: LoadReport | None = None
+    """What the load delivered against what was asked (``None`` in journals from before it)."""
     twin: TwinOutcome | None = None
     """Set when the run was on one of the drill's twins (``drills run --twin``)."""
     run_dir: str

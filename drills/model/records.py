@@ -62,6 +62,13 @@ class Record(BaseModel):
     straddles: str | None = None
     """Why the request ends outside the window it counts in (sent before a fault and in flight
     when it was applied, answered after its phase ended); ``None``: it does not."""
+    worker: str | None = None
+    """The Locust worker that sent it (its ``start`` moved onto the master's clock); ``None``:
+    a single load process sent it."""
+    lag: float | None = None
+    """Open-loop load: how long after its scheduled arrival the request left (the load
+    generator's own delay; ``None`` for a closed-loop user's request). Large values say the
+    generator, not the stack, set the pace."""
     attempts: int | None = None
     """Model calls of this request that reached the harness's L7 hop, matched by trace id
     (set by the runner; ``None``: the gateway does not pass ``traceparent`` on, or no hop)."""

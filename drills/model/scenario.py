@@ -26,10 +26,12 @@ from pydantic import (
     SerializeAsAny,
     Tag,
     TypeAdapter,
+    ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from drills.common.errors import ConfigError
 from drills.common.hop import (
@@ -468,8 +470,69 @@ class SpikeShape(_Model):
     )
 
 
+STREAMS_PER_WORKER = 100
+"""Streams one Locust process carries before a drill adds another by default: measured, one
+process kept vLLM bench serve's request rate to 64 streams and fell to 0.59 of it at 256."""
+
+
+class RemoteWorkers(_Model):
+    """Load workers elsewhere, connecting to this run's master over Locust's own protocol."""
+
+    workers: int = Field(ge=1, le=1000)
+    """How many must connect before the load starts."""
+    bind: str = Field(default="0.0.0.0:5557", pattern=r"^[^\s:]+:[0-9]{1,5}$")
+    """Where the master listens (HOST:PORT), reachable from the workers."""
+    wait: Duration = Field(default=120.0, gt=0)
+    """How long the master waits for them; past it the run is aborted, naming how many came."""
+
+
+def _field_error(field: str, message: str, value: Any) -> ValidationError:
+    """A validation error at ``field`` of the model being validated (pydantic puts the model's
+    own place in front), so that a YAML error names that field's line rather than the model's:
+    for cross-field rules, which pydantic would otherwise place at the model."""
+    return ValidationError.from_exception_data(
+        "field",
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("value_error", "{message}", {"message": message}),
+                loc=(field,),
+                input=value,
+            )
+        ],
+    )
+
+
 class LoadConfig(_Model):
-    users: int = Field(ge=1, le=1000)
+    """The load: closed loop (``users``, each sending its next request once its last answer
+    came) or open loop (``rate``, requests sent on a schedule whether earlier answers came or
+    not, as production traffic is). Exactly one of the two."""
+
+    users: int | None = Field(default=None, ge=1, le=1000)
+    """Closed loop: this many users, each waiting for its answer (and ``wait``) before sending
+    again. A slow stack slows such a load down, which hides queueing."""
+    rate: float | None = Field(default=None, gt=0, le=10000)
+    """Open loop: requests per second, sent on schedule whatever the stack's answers do (as
+    ``vllm bench serve --request-rate`` and GuideLLM do). Needs ``arrival``."""
+    arrival: Literal["constant", "poisson", "gamma"] | None = None
+    """Open loop: how the gaps between requests fall: ``constant`` (1/rate each), ``poisson``
+    (exponential gaps) or ``gamma`` (gamma gaps of shape ``burstiness``)."""
+    burstiness: float | None = Field(default=None, gt=0, le=100)
+    """``gamma`` arrivals: the gaps' shape, as ``vllm bench serve --burstiness``: 1 is poisson,
+    below 1 burstier (clumps and lulls), above 1 more even. The mean rate stays ``rate``."""
+    max_in_flight: int = Field(default=32, ge=1, le=100000)
+    """Open loop: at most this many requests in flight at once (the safety policy's
+    ``max_users`` bounds it). An arrival that finds them all busy is not sent; it is counted,
+    and the run says its load fell short. Size it to the rate times the slowest answer you
+    expect."""
+    workers: int | None = Field(default=None, ge=1, le=64)
+    """Locust worker processes on this machine, under a master that merges their records onto
+    its clock. Default: from the cores and the load's concurrency (one process up to
+    ``STREAMS_PER_WORKER`` streams, then one more per as many, at most one per core); 1 is a
+    single process, no master."""
+    remote: RemoteWorkers | None = None
+    """Locust workers on other hosts (``stack/deploy/kubernetes/40-load-workers.yaml`` runs
+    them as a Job, each ``drills load-worker --master HOST:PORT``): the master listens at
+    ``bind`` and waits ``wait`` for ``workers`` of them before the warm-up begins."""
     spawn_rate: float = Field(default=10.0, gt=0)
     shape: Annotated[SteadyShape | StepShape | SpikeShape, Field(discriminator="kind")] = Field(
         default_factory=SteadyShape
@@ -497,6 +560,74 @@ class LoadConfig(_Model):
     headers: dict[str, str] = Field(default_factory=dict)
     """Sent with every request (an API key for a staging gateway, say). ``${NAME}`` is read
     from the environment, so secrets stay out of the file; journals and reports mask them."""
+
+    @model_validator(mode="after")
+    def _one_loop(self) -> LoadConfig:
+        if (self.users is None) == (self.rate is None):
+            raise ValueError(
+                "the load is closed loop ('users': N users waiting for their answers) or open "
+                "loop ('rate': requests per second with an 'arrival' model): exactly one of "
+                f"them (got {'both' if self.users is not None else 'neither'})"
+            )
+        if self.rate is None:
+            for stray in ("arrival", "burstiness"):
+                if getattr(self, stray) is not None:
+                    raise _field_error(
+                        stray,
+                        f"{stray!r} shapes an open-loop load; give 'rate' (requests per second) "
+                        "with it, or leave it out",
+                        getattr(self, stray),
+                    )
+            return self
+        if self.arrival is None:
+            raise _field_error(
+                "rate",
+                "a rate needs an arrival model: 'arrival' is one of constant, poisson, gamma",
+                self.rate,
+            )
+        if self.arrival == "gamma" and self.burstiness is None:
+            raise _field_error(
+                "arrival",
+                "gamma arrivals need 'burstiness' (the gaps' shape: 1 is poisson, below 1 "
+                "burstier, above 1 more even)",
+                self.arrival,
+            )
+        if self.arrival != "gamma" and self.burstiness is not None:
+            raise _field_error(
+                "burstiness",
+                f"burstiness shapes gamma arrivals, and arrival is {self.arrival!r}: use "
+                "arrival: gamma, or leave burstiness out",
+                self.burstiness,
+            )
+        if self.shape.kind != "steady":
+            raise _field_error(
+                "shape",
+                f"a {self.shape.kind} shape varies the number of users; an open-loop load "
+                "(rate) is steady: leave shape out, or use users",
+                self.shape.kind,
+            )
+        return self
+
+    @property
+    def concurrency(self) -> int:
+        """The most requests this load can have in flight at once."""
+        return self.users if self.users is not None else self.max_in_flight
+
+    def local_workers(self, cores: int | None = None) -> int:
+        """Load processes on this machine: ``workers``, else 0 beside remote workers, else one
+        per ``STREAMS_PER_WORKER`` streams, at most one per core."""
+        if self.workers is not None:
+            return self.workers
+        if self.remote is not None:
+            return 0
+        cores = cores or os.cpu_count() or 1
+        return max(1, min(cores, -(-self.concurrency // STREAMS_PER_WORKER)))
+
+    def expected_workers(self) -> int:
+        """Workers under a master (0: a single process, no master)."""
+        local = self.local_workers()
+        total = local + (self.remote.workers if self.remote else 0)
+        return 0 if total == 1 and self.remote is None else total
 
 
 class FallbackRule(_Model):
