@@ -32,25 +32,19 @@ async def chat(request: Request) -> Response:
             "created": 0,
             "model": model,
         }
-        chunk = {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            ],
-        }
-        yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
         if FIRST_TOKEN_DELAY:
             await asyncio.sleep(FIRST_TOKEN_DELAY)
         for i in range(TOKENS):
             last = i == TOKENS - 1
+            # The role rides on the first content chunk, as vLLM sends it: a client that times
+            # its first token from the first chunk (vLLM's bench does) then times a token.
+            delta = (
+                {"role": "assistant", "content": f" tok{i}"} if i == 0 else {"content": f" tok{i}"}
+            )
             chunk = {
                 **base,
                 "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"content": f" tok{i}"},
-                        "finish_reason": "length" if last else None,
-                    }
+                    {"index": 0, "delta": delta, "finish_reason": "length" if last else None}
                 ],
             }
             yield b"data: " + json.dumps(chunk).encode() + b"\n\n"

@@ -116,10 +116,18 @@ def upstream() -> Iterator[str]:
         yield url
 
 
-def records_for(upstream: str, tmp_path: Path, *, pin: bool) -> dict[str, list[Record]]:
+def records_for(
+    upstream: str, tmp_path: Path, *, pin: bool, client: str = "requests"
+) -> dict[str, list[Record]]:
     path = tmp_path / "records.jsonl"
     load = LoadConfig(
-        users=len(MODES), spawn_rate=100, wait="200ms", warmup="0s", max_tokens=4, pin_length=pin
+        users=len(MODES),
+        spawn_rate=100,
+        wait="200ms",
+        warmup="0s",
+        max_tokens=4,
+        pin_length=pin,
+        client=client,
     )
     process = LoadProcess(
         upstream,
@@ -163,8 +171,11 @@ def _mode_of(record: Record) -> str:
     return "sound" if not error else f"other: {error}"
 
 
-def test_every_incomplete_answer_is_an_error_that_says_why(upstream: str, tmp_path: Path) -> None:
-    found = records_for(upstream, tmp_path, pin=False)
+@pytest.mark.parametrize("client", ["requests", "geventhttpclient"])
+def test_every_incomplete_answer_is_an_error_that_says_why(
+    upstream: str, tmp_path: Path, client: str
+) -> None:
+    found = records_for(upstream, tmp_path, pin=False, client=client)
     assert not [m for m in found if m.startswith("other")], found.keys()
     for mode in ("no-done", "no-finish", "malformed"):
         assert found.get(mode), f"no record of a {mode} answer: {found.keys()}"
@@ -188,8 +199,9 @@ def test_a_pinned_length_turns_a_dressed_up_cut_into_a_truncated_answer(
     assert all(not r.truncated and not r.is_error for r in found["fallback"])
 
 
+@pytest.mark.parametrize("client", ["requests", "geventhttpclient"])
 def test_every_request_makes_exactly_one_record_whatever_goes_wrong(
-    upstream: str, tmp_path: Path
+    upstream: str, tmp_path: Path, client: str
 ) -> None:
     """Hostile answers and a request the load stops under: each request the stub was sent has
     one record, and the record says what went wrong."""
@@ -197,7 +209,13 @@ def test_every_request_makes_exactly_one_record_whatever_goes_wrong(
     path = tmp_path / "records.jsonl"
     SEEN.clear()
     load = LoadConfig(
-        users=len(modes), spawn_rate=100, wait="300ms", warmup="0s", max_tokens=4, timeout="20s"
+        users=len(modes),
+        spawn_rate=100,
+        wait="300ms",
+        warmup="0s",
+        max_tokens=4,
+        timeout="20s",
+        client=client,
     )
     process = LoadProcess(
         upstream, load, FallbackRule(), [[{"role": "user", "content": m}] for m in modes], path, 60

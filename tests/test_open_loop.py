@@ -177,6 +177,7 @@ def test_an_open_loop_load_is_bounded_by_the_safety_policy(tmp_path: Path) -> No
         timeout=60,
     )
     out = result.stdout + result.stderr
+    assert result.returncode == 2 and "REFUSED" in result.stdout, out
     assert f"{path}:{_line(text, 'rate: 500')} load.rate: 500 requests/s; max_rate is 100" in out
     assert (
         f"{path}:{_line(text, 'max_in_flight: 64')} load.max_in_flight: 64 in flight; "

@@ -91,6 +91,7 @@ class LoadProcess:
             "timeout": self.load.timeout,
             "model": self.load.model,
             "endpoint": self.load.endpoint,
+            "client": self.load.client,
             "fallback": self._fallback(),
             "route_header": self.adapter.route,
             "upstream_header": self.adapter.upstream.header if self.adapter.upstream else None,

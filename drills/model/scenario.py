@@ -557,6 +557,11 @@ class LoadConfig(_Model):
     endpoint: Literal["chat", "rag", "agent"] = "chat"
     """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
     questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks)."""
+    client: Literal["requests", "geventhttpclient"] = "geventhttpclient"
+    """The HTTP client each load process sends with: ``requests`` (urllib3), or
+    ``geventhttpclient`` (its C parser; fewer CPU cycles per request, for more streams per
+    process). Both time each token as its chunk arrives (``bench/load_capacity.py --client``
+    measures them against vLLM's own bench client)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Sent with every request (an API key for a staging gateway, say). ``${NAME}`` is read
     from the environment, so secrets stay out of the file; journals and reports mask them."""

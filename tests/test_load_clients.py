@@ -1,0 +1,73 @@
+"""Both HTTP clients of the load time each token when its chunk arrives: against a stub
+upstream (ours, named as such: the subject is the load's clock) whose first token comes 300 ms
+after the request and each next one 100 ms later, the first-token time and the gaps the records
+hold are those delays, within a few milliseconds, whichever client sent them. A client that
+buffered (FastHttpUser's line iterator waits for 1 KiB) would report the whole answer's time."""
+
+from __future__ import annotations
+
+import json
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drills.load import LoadProcess, RecordReader
+from drills.model.scenario import FallbackRule, LoadConfig
+from tests.helpers import serving
+
+FIRST, GAP, TOKENS = 0.3, 0.1, 4
+
+
+class PacedUpstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for i in range(TOKENS):
+            time.sleep(FIRST if i == 0 else GAP)
+            finish = "stop" if i == TOKENS - 1 else None
+            chunk = {
+                "choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": finish}]
+            }
+            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("client", ["requests", "geventhttpclient"])
+def test_each_token_is_timed_when_it_arrives(tmp_path: Path, client: str) -> None:
+    path = tmp_path / "records.jsonl"
+    with serving(PacedUpstream) as url:
+        config = LoadConfig(
+            users=2, wait="0s", warmup="0s", max_tokens=TOKENS, timeout="10s", client=client
+        )
+        process = LoadProcess(
+            url, config, FallbackRule(), [[{"role": "user", "content": "x"}]], path, 30
+        )
+        process.start()
+        try:
+            time.sleep(5)
+        finally:
+            process.stop()
+    records = [r for r in RecordReader(path).read_new() if not r.error]
+    assert len(records) >= 4, records
+    for record in records:
+        assert record.tokens == TOKENS and record.finish_reason == "stop"
+        assert record.ttft is not None and FIRST <= record.ttft < FIRST + 0.03, record.ttft
+        assert len(record.itl) == TOKENS - 1
+        assert all(GAP - 0.01 <= gap < GAP + 0.03 for gap in record.itl), record.itl
