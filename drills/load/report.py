@@ -78,11 +78,25 @@ def load_report(
         lag_p99=percentile(lags, 99) if lags else None,
         **fleet,
     )
+    _schedule(report, load, records_path, phases)
+    report.warning = report.warning or _saturated(report)
+    return report
+
+
+def _schedule(
+    report: LoadReport,
+    load: LoadConfig,
+    records_path: Path,
+    phases: Mapping[str, tuple[float, float]],
+) -> None:
+    """What the open-loop schedule did (its account, ``<records>.sent.json``): arrivals not sent
+    make the load short; requests sent late, a warning."""
+    assert load.rate is not None
     try:
         log = json.loads(sent_log_path(records_path).read_text())
     except (OSError, ValueError) as exc:
         report.short = f"the load process left no account of its schedule ({exc}): it did not run"
-        return report
+        return
     report.scheduled = int(log.get("scheduled", 0))
     report.not_sent = int(log.get("not_sent", 0))
     report.peak_in_flight = int(log.get("peak_in_flight", 0))
@@ -100,8 +114,6 @@ def load_report(
             f"the load generator sent requests late (p99 {report.lag_p99 * 1000:.0f} ms after "
             "their scheduled time): it, not the stack, may have set the pace"
         )
-    report.warning = report.warning or _saturated(report)
-    return report
 
 
 def _fleet(records_path: Path) -> dict[str, Any]:
