@@ -1,7 +1,9 @@
-"""Load for drills: Locust, run as its own process (gevent monkey-patches at import, so it stays
-out of the runner), with an LLM user that records one JSON line per request.
+"""Load for drills: Locust, run as its own processes (gevent monkey-patches at import, so it
+stays out of the runner), with an LLM user that records one JSON line per request.
 
-``LoadProcess`` starts and stops it; ``read_records`` follows the records file as it grows.
+``LoadProcess`` starts and stops it (one process, or a master and its workers);
+``RecordReader`` follows the records file as it grows; ``run_worker`` makes this process a
+worker of a drill's master elsewhere (``drills load-worker``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def load_prompts(load: LoadConfig, base: Path) -> list[list[dict[str, str]]]:
 
 @dataclass
 class LoadProcess:
-    """One Locust process sending the scenario's load to ``gateway``."""
+    """The Locust processes sending the scenario's load to ``gateway``: one, or a master with
+    local workers (and remote ones, which connect to it by themselves)."""
 
     gateway: str
     load: LoadConfig

@@ -15,8 +15,9 @@ most ``max_in_flight`` at once; an arrival that finds them all busy is counted a
 the schedule did is written to ``<records>.sent.json`` while it runs.
 
 Timing is ours, not Locust's: FastHttpUser's line iterator buffers 1 KiB, which makes its first
-token arrive with the whole answer. ``requests`` with ``stream=True`` and
-``iter_lines(chunk_size=None)`` hands over each chunk as it arrives.
+token arrive with the whole answer. geventhttpclient's ``readline`` (the default client) and
+``requests`` with ``stream=True`` and ``iter_lines(chunk_size=None)`` hand over each line as
+its chunk arrives.
 """
 
 from __future__ import annotations
