@@ -137,12 +137,18 @@ def records_for(
         path,
         60,
     )
+    SEEN.clear()
     process.start()
     deadline = time.monotonic() + 60
     found: dict[str, list[Record]] = {}
     reader = RecordReader(path)
+    # A not-UTF-8 answer's record reads as another mode's (its chunk is malformed), so none is
+    # ever told apart as "not-utf8": the stub having been sent one is what to wait for.
+    told = [m for m in MODES if m != "not-utf8"]
     try:
-        while time.monotonic() < deadline and not all(found.get(m) for m in MODES):
+        while time.monotonic() < deadline and not (
+            all(found.get(m) for m in told) and all(SEEN.get(m) for m in MODES)
+        ):
             for record in reader.read_new():
                 found.setdefault(_mode_of(record), []).append(record)
             time.sleep(0.2)
