@@ -1,10 +1,14 @@
 """The GPU pod loss drill, Docker variant: replica vllm-0 of a stack runs in a real container
 (on the Docker engine the tests start), its main process is killed under load, Docker's restart
-policy brings it back, and the gateway carries the traffic meanwhile."""
+policy brings it back, and the gateway carries the traffic meanwhile. Then its twin, through
+``drills run --twin`` on the same stack: a gateway with one replica and no fallback text,
+beside it, on which the drill must fail."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +18,7 @@ from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, load_scenario
 from stack import control
 from stack.config import load_stack_config
-from tests.conftest import relocated_profile
+from tests.conftest import drills_cli, isolated_env, relocated_profile
 from tests.docker_env import DockerEnv
 
 pytestmark = [pytest.mark.docker, pytest.mark.stack]
@@ -23,8 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DRILL = ROOT / "tests" / "scenarios" / "short-pod-loss-docker.yaml"
 
 
-@pytest.fixture
-def docker_stack(docker_env: DockerEnv, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+@pytest.fixture(scope="module")
+def docker_stack(
+    docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, Path]]:
+    """The sound-docker stack, shared by the drill and its twin (one start-up)."""
+    tmp_path = tmp_path_factory.mktemp("docker-stack")
     previous = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = docker_env.host  # the supervisor inherits it
     config = relocated_profile("sound-docker", tmp_path / "sound-docker.yaml")
@@ -77,6 +85,41 @@ def test_pod_loss_drill_docker_variant(
     assert kill["applied_at"] < back["replacement_started_at"] < back["ready_at"]
     # The supervisor saw Docker replace it, and recorded it like any restart.
     assert docker_env.client.inspect(container["Id"])["RestartCount"] == 1
+
+
+def test_pod_loss_docker_twin_fails_as_declared(
+    docker_env: DockerEnv, docker_stack: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`drills run --twin` on the running Docker stack: unsound-single's gateway beside it
+    routes to vllm-0 alone, so the container's loss is an outage the drill must catch."""
+    config_path, state = docker_stack
+    result = subprocess.run(
+        drills_cli(
+            "run",
+            str(DRILL),
+            "--twin",
+            "--profile",
+            str(config_path),
+            "--state-dir",
+            str(state),
+            "--out",
+            str(tmp_path / "runs"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=isolated_env(tmp_path, DOCKER_HOST=docker_env.host),
+    )
+    (path,) = sorted((tmp_path / "runs").glob("*/journal.json"))
+    journal = json.loads(path.read_text())
+    twin = journal["twin"]
+    assert result.returncode == 0 and twin["held"], (result.stdout[-3000:], twin)
+    assert "beside" in twin["stack"], twin["stack"]
+    assert sorted(twin["failed"]) == sorted(twin["must_fail"])
+    # The twin's kill was real: Docker restarted the container a second time.
+    (kill,) = journal["faults"]
+    (back,) = kill["after"]["containers"]
+    assert back["restart_count"] >= 1 and back["ready_at"]
     # Nothing is left once the stack is down.
     control.down(state)
     assert docker_env.client.containers(labels={"drills.stack": "sound-docker"}) == []

@@ -24,13 +24,14 @@ from tests.helpers import anchored, problems
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 LATENCY = SCENARIOS / "inference-latency.yaml"
-# Every shipped drill that can fail on this machine declares a twin. Not here: gpu-pod-loss-docker
-# and -k8s (their stacks, a Docker host and a cluster, have no unsound variant to start yet),
-# gpu-memory-pressure (needs a GPU) and litellm/stream-cut (it fails on LiteLLM itself; the
-# embedded gateway is the run on which it passes).
+# Every shipped drill that can fail on this machine declares a twin. Not here: gpu-pod-loss-k8s
+# (its KWOK test cluster runs no engines, so no twin of it can be run here), gpu-memory-pressure
+# (needs a GPU) and litellm/stream-cut (it fails on LiteLLM itself; the embedded gateway is the
+# run on which it passes).
 WITH_TWINS = [
     "inference-latency.yaml",
     "gpu-pod-loss.yaml",
+    "gpu-pod-loss-docker.yaml",
     "vector-db-outage.yaml",
     "tool-saturation.yaml",
     "retry-storm.yaml",
