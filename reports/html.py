@@ -117,6 +117,67 @@ def _chart(
     return Markup(f"<h3>{escape(title)}</h3>{''.join(parts)}<div class='legend'>{legend}</div>")
 
 
+def _distribution(journal: Journal, metric: str, title: str, unit: str) -> Markup | None:
+    """The cumulative distribution of ``metric`` (``tokens``, ``e2e``) among each group's
+    answered requests (``Record.group``), one step line per group, drawn over one axis: what
+    the group comparisons (``group_ratio``, ``group_ks``) judged. ``None``: fewer than two
+    groups answered."""
+    by_group: dict[str, list[float]] = {}
+    for r in journal.records:
+        value = float(r.tokens) if metric == "tokens" else r.e2e
+        if r.group is not None and not r.is_error and value is not None:
+            by_group.setdefault(r.group, []).append(value)
+    if len(by_group) < 2:
+        return None
+    top = max(max(v) for v in by_group.values()) * 1.05 or 1.0
+    base, left, right = HEIGHT - 28, PAD, WIDTH - PAD
+    palette = ["#0969da", "#cf222e", "#1a7f37", "#8250df"]
+    parts = [
+        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" aria-label="{escape(title)}">'
+    ]
+    for frac in (0, 0.5, 1):
+        y = base - (base - 20) * frac
+        parts.append(
+            f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d0d7de" '
+            f'stroke-width=".5"/><text x="2" y="{y + 4:.1f}">{frac:.0%}</text>'
+        )
+    for frac in (0, 0.25, 0.5, 0.75, 1):
+        x = left + (right - left) * frac
+        label = f"{top * frac * 1000:.0f}ms" if unit == "s" else f"{top * frac:.0f}"
+        parts.append(f'<text x="{x - 8:.1f}" y="{HEIGHT - 4}">{escape(label)}</text>')
+    legend = []
+    for i, (group, values) in enumerate(sorted(by_group.items())):
+        ordered, color = sorted(values), palette[i % len(palette)]
+        points, previous = [f"{left:.1f},{base:.1f}"], 0.0
+        for k, v in enumerate(ordered, 1):
+            x = left + (right - left) * v / top
+            points.append(f"{x:.1f},{base - (base - 20) * previous:.1f}")
+            previous = k / len(ordered)
+            points.append(f"{x:.1f},{base - (base - 20) * previous:.1f}")
+        parts.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(points)}"/>'
+        )
+        legend.append(
+            f'<span style="color:{color}">&#9632; {escape(group)} ({len(ordered)} answers)</span>'
+        )
+    parts.append("</svg>")
+    return Markup(
+        f"<h3>{escape(title)}</h3>{''.join(parts)}<div class='legend'>{''.join(legend)}</div>"
+    )
+
+
+def _distributions(journal: Journal) -> list[Markup]:
+    """Each group's answer lengths and end-to-end latency, when the drill compared groups."""
+    drawn = [
+        _distribution(journal, metric, title, unit)
+        for metric, title, unit in (
+            ("tokens", "Answer lengths by group (cumulative share of answers, tokens)", "n"),
+            ("e2e", "End-to-end latency by group (cumulative share of answers)", "s"),
+        )
+    ]
+    return [d for d in drawn if d is not None]
+
+
 def environment() -> Environment:
     """The reports' Jinja2 environment: templates from ``reports/templates``, autoescape on,
     and an undefined name is an error (a typo in a template fails the tests, not a user)."""
@@ -186,6 +247,7 @@ def render_html(journal: Journal, out_dir: Path) -> str:
                 "n",
             )
         )
+    charts += _distributions(journal)
     checks = [
         {"result": c, "link": None if c.passed else runbook_link(journal, c.runbook, out_dir)}
         for c in journal.checks

@@ -53,6 +53,11 @@ def refusal(running: StackConfig, twin: StackConfig) -> str | None:
         != (twin.backup.name, twin.backup.served_name)
     ):
         return f"its backup model {twin.backup.name!r} is not the running stack's"
+    if twin.canary is not None and (
+        running.canary is None
+        or (running.canary.name, running.canary.engine) != (twin.canary.name, twin.canary.engine)
+    ):
+        return f"its canary hop {twin.canary.name!r} is not the running stack's"
     return None
 
 
@@ -69,6 +74,8 @@ def _config(running_file: Path, twin_file: Path, twin: StackConfig, port: int) -
     data["replicas"] = [r for r in data["replicas"] if r["name"] in keep]
     if twin.backup is None:
         data.pop("backup", None)
+    if twin.canary is None:
+        data.pop("canary", None)
     return data
 
 

@@ -141,6 +141,33 @@ class BackupConfig(_Model):
     """Where the L7 hop listens for the backup (with ``hop:``)."""
 
 
+class CanaryConfig(_Model):
+    """A canary's hop: its own proxy (and L7 hop) in front of one engine, so that what the
+    canary serves is seen apart from the stable replicas, at the hop and in the gateway's
+    metrics. Whether any traffic goes there is the gateway's policy (``gateway.canary``)."""
+
+    name: str = Field(default="canary", pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    engine: str
+    """Name of the replica whose process also serves the canary."""
+    proxy_port: Port = Field(ge=1, le=65535)
+    hop_port: Port | None = Field(default=None, ge=1, le=65535)
+    """Where the L7 hop listens for the canary (with ``hop:``)."""
+
+
+class CanaryPolicy(_Model):
+    """The gateway's canary route (``gateway.canary``): a share of chat requests goes to the
+    canary hop first, with the canary's own sampling (what a new prompt or model version would
+    change); if the canary fails, the request falls through to the primaries as usual."""
+
+    share: float = Field(default=0.05, ge=0, le=1)
+    """The share of chat requests routed to the canary (0..1)."""
+    min_tokens: int | None = Field(default=None, ge=1)
+    """vLLM's ``min_tokens`` on canary calls: answers at least this long (a canary whose
+    outputs are longer)."""
+    system_prompt: str | None = None
+    """A system message put first in canary calls (a new prompt version)."""
+
+
 class Timeouts(_Model):
     """Tiered timeouts, innermost first. Each tier has one action, listed beside it."""
 
@@ -331,6 +358,8 @@ class GatewayConfig(_Model):
     """Time kept back from the request timeout so that the fallback text is sent inside it."""
     rag: RagPolicy = Field(default_factory=RagPolicy)
     agent: AgentPolicy = Field(default_factory=AgentPolicy)
+    canary: CanaryPolicy | None = None
+    """``null``: no canary route (every request to the primaries)."""
 
 
 class SupervisorPolicy(_Model):
@@ -346,7 +375,7 @@ class Upstream(_Model):
     """One hop the gateway calls: a Toxiproxy proxy in front of an engine port."""
 
     name: str
-    role: Literal["primary", "backup", "embedder", "vectordb", "tools"]
+    role: Literal["primary", "backup", "canary", "embedder", "vectordb", "tools"]
     served_name: str
     listen_port: Port
     upstream_port: Port
@@ -367,6 +396,8 @@ class StackConfig(_Model):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     replicas: list[ReplicaConfig] = Field(min_length=1)
     backup: BackupConfig | None = None
+    canary: CanaryConfig | None = None
+    """The canary's hop (``gateway.canary`` routes traffic to it); ``null``: none."""
     toxiproxy: ToxiproxyConfig
     hop: HopConfig | None = None
     gateway: GatewayConfig
@@ -399,6 +430,18 @@ class StackConfig(_Model):
                     listen_port=self.backup.proxy_port,
                     upstream_port=engine.port,
                     hop_port=self.backup.hop_port if self.hop else None,
+                )
+            )
+        if self.canary is not None:
+            engine = next(r for r in self.replicas if r.name == self.canary.engine)
+            hops.append(
+                Upstream(
+                    name=self.canary.name,
+                    role="canary",
+                    served_name=self.engine.served_name,
+                    listen_port=self.canary.proxy_port,
+                    upstream_port=engine.port,
+                    hop_port=self.canary.hop_port if self.hop else None,
                 )
             )
         return hops
@@ -458,6 +501,8 @@ class StackConfig(_Model):
         ]
         if self.backup is not None:
             model_hops.append((("backup", "hop_port"), self.backup.hop_port))
+        if self.canary is not None:
+            model_hops.append((("canary", "hop_port"), self.canary.hop_port))
         if self.hop is not None:
             yield from claim(self.hop.control_port, ("hop", "control_port"))
         for loc, port in model_hops:
@@ -467,6 +512,30 @@ class StackConfig(_Model):
                 yield loc, "no L7 hop runs without a 'hop:' section (hop.control_port)", port
             elif port is not None:
                 yield from claim(port, loc)
+
+    def _canary_problems(self, claim: Any) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+        """The canary's hop names an engine that exists, has a name of its own and a free
+        port; the gateway's canary route has a hop to go to."""
+        canary = self.canary
+        if canary is None:
+            if self.gateway.canary is not None:
+                yield (
+                    ("gateway", "canary"),
+                    "a canary route needs the canary's hop: a top-level 'canary:' section "
+                    "(name, engine, proxy_port)",
+                    "set",
+                )
+            return
+        yield from claim(canary.proxy_port, ("canary", "proxy_port"))
+        replica_names = [r.name for r in self.replicas]
+        if canary.engine not in replica_names:
+            yield (
+                ("canary", "engine"),
+                f"no replica of that name; expected one of: {', '.join(replica_names)}",
+                canary.engine,
+            )
+        if canary.name in replica_names or (self.backup and canary.name == self.backup.name):
+            yield ("canary", "name"), "clashes with a replica's or the backup's name", canary.name
 
     def problems(self) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
         """Cross-field problems that make the stack impossible to run."""
@@ -508,6 +577,7 @@ class StackConfig(_Model):
                     "must differ from engine.served_name so that backup traffic is told apart",
                     self.backup.served_name,
                 )
+        yield from self._canary_problems(claim)
         if self.rag is not None:
             rag = self.rag
             for loc, port in (
@@ -525,6 +595,8 @@ class StackConfig(_Model):
             taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway", "hop"}
             if self.backup is not None:
                 taken.add(self.backup.name)
+            if self.canary is not None:
+                taken.add(self.canary.name)
             for key, name in zip(("embedder", "vector_db", "tools"), hop_names, strict=True):
                 if name in taken or hop_names.count(name) > 1:
                     yield ("rag", key, "name"), "clashes with another component's name", name

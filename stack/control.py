@@ -104,7 +104,8 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _supervisorpid_alive(state: StackState | None) -> bool:
+def supervisor_alive(state: StackState | None) -> bool:
+    """A stack runs: its supervisor's process is alive."""
     return (
         state is not None
         and pid_alive(state.supervisor_pid)
@@ -132,6 +133,8 @@ def _ports(config: StackConfig) -> list[tuple[str, int]]:
         ports += [(f"replicas[{i}].port", r.port), (f"replicas[{i}].proxy_port", r.proxy_port)]
     if config.backup is not None:
         ports.append(("backup.proxy_port", config.backup.proxy_port))
+    if config.canary is not None:
+        ports.append(("canary.proxy_port", config.canary.proxy_port))
     if config.hop is not None:
         ports.append(("hop.control_port", config.hop.control_port))
         ports += [(f"{u.name}.hop_port", u.hop_port) for u in config.upstreams if u.hop_port]
@@ -159,7 +162,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
     state = read_state(state_dir)
     if state is None:
         raise StackNotRunning(f"no stack has been started with state directory {state_dir}")
-    running = _supervisorpid_alive(state)
+    running = supervisor_alive(state)
     components = state.components
     proxies: dict[str, Any] = {}
     toxi = components.get("toxiproxy")
@@ -196,7 +199,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                     metrics_url=comp.get("metrics_url"),
                 )
             )
-    # Proxies that front something other than an engine process (the backup model's hop).
+    # Proxies that front something other than an engine process (the backup's, the canary's).
     engine_proxies = {c.proxy for c in result}
     for name, proxy in proxies.items():
         if name not in engine_proxies:
@@ -351,7 +354,7 @@ def up(
     wanted = has if parts is None else has & frozenset(parts)
     state_dir.mkdir(parents=True, exist_ok=True)
     state = read_state(state_dir)
-    if _supervisorpid_alive(state):
+    if supervisor_alive(state):
         assert state is not None
         same_profile = _running_profile(state_dir) == source.read_text()
         missing = sorted(wanted & left_out(state_dir)) if same_profile else []
@@ -555,7 +558,7 @@ def down(state_dir: Path | None = None, timeout: float = 30.0) -> bool:
     if state is None:
         return False
     stopped_any = False
-    if _supervisorpid_alive(state):
+    if supervisor_alive(state):
         stopped_any = True
         os.kill(state.supervisor_pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout

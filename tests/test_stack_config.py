@@ -30,7 +30,14 @@ def line_of(text: str, needle: str) -> int:
 
 def test_shipped_profiles_load() -> None:
     sound = load_stack_config("sound")
-    assert [u.name for u in sound.upstreams] == ["vllm-0", "vllm-1", "backup"]
+    assert [(u.name, u.role) for u in sound.upstreams] == [
+        ("vllm-0", "primary"),
+        ("vllm-1", "primary"),
+        ("backup", "backup"),
+        ("canary", "canary"),
+    ]
+    # The canary's hop is there for the canary profiles' gateways; sound's routes nothing to it.
+    assert sound.gateway.canary is None
     assert sound.gateway.timeouts.first_token == 2.0
     unsound = load_stack_config("unsound")
     assert unsound.gateway.retries.max_attempts is None
@@ -95,7 +102,10 @@ def test_malformed_yaml_and_duplicate_keys(tmp_path: Path) -> None:
 def test_unknown_profile_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigError) as info:
         load_stack_config("nosuch")
-    assert "shipped profiles: sound, sound-docker, unsound, unsound-single" in str(info.value)
+    assert (
+        "shipped profiles: canary, canary-long, sound, sound-docker, unsound, unsound-single"
+        in str(info.value)
+    )
 
 
 def test_cli_refuses_bad_config_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:

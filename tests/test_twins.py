@@ -35,6 +35,7 @@ WITH_TWINS = [
     "vector-db-outage.yaml",
     "tool-saturation.yaml",
     "retry-storm.yaml",
+    "canary.yaml",
     "litellm/latency-one-replica.yaml",
     "litellm/replica-killed.yaml",
 ]

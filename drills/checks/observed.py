@@ -170,6 +170,7 @@ def attribute(records: list[Record], hop_records: list[HopRecord]) -> None:
         mine = by_trace.get(record.trace_id)
         if mine:
             record.attempts = len(mine)
+            record.first_call = min(mine, key=lambda c: c.arrived_at).hop
             served = [c for c in mine if c.outcome == "complete" and c.status == 200]
             if served:
                 record.served_by, record.served_by_how = served[-1].hop, "trace"

@@ -384,12 +384,34 @@ class Runner:
         )
         with register_run(self.run_id, f"drill {scenario.drill}", run_dir) as abort_path:
             try:
-                return self._run(run_dir, abort_path)
+                with self._beside_running_stack(run_dir):
+                    return self._run(run_dir, abort_path)
             except KillSwitch:
                 # Asked to stop before the timeline began (while the stack came up): nothing
                 # was applied; the journal-less run directory says so.
                 (run_dir / "ABORTED").write_text(json.dumps(abort_request(abort_path)))
                 raise
+
+    @contextlib.contextmanager
+    def _beside_running_stack(self, run_dir: Path) -> Iterator[None]:
+        """With the user's stack up and a drill whose profile differs from it only in the
+        gateway, that profile's gateway runs beside it for this run (``drills.engine.sharing``)
+        rather than the run being refused."""
+        from drills.engine.sharing import base_profile, beside, running_host
+
+        host = running_host(self.scenario, self.options)
+        if host is None:
+            yield
+            return
+        profile = base_profile(self.scenario, self.options)
+        with beside(self.scenario, self.options, str(host), profile, run_dir / "gateway") as opts:
+            assert opts.attach is not None
+            self._say(
+                f"profile {profile!r} differs from the running stack only in its gateway: its "
+                f"gateway runs beside that stack's engines for this run ({opts.attach.gateway})"
+            )
+            self.options = opts
+            yield
 
     def _run(self, run_dir: Path, abort_path: Path) -> Journal:
         scenario = self.scenario
@@ -659,6 +681,9 @@ class Runner:
         hop_records = self._hop_records(endpoints, outcome)
         if hop_records is not None:
             attribute(records, hop_records)
+        if self.scenario.groups:
+            for record in records:
+                record.group = self.scenario.group_of(record)
         return Evaluation(
             self.scenario,
             records,

@@ -27,7 +27,8 @@ import httpx
 
 from drills.common.errors import InputError
 from drills.common.yamlsrc import YamlDocument, format_path
-from drills.engine.runner import Runner, RunOptions, attach_of, resolve_stack
+from drills.engine.runner import Runner, RunOptions, attach_of
+from drills.engine.sharing import base_profile, beside, cannot_share, running_host
 from drills.model.journal import CheckResult, Journal, RunStatus, TwinOutcome
 from drills.model.scenario import Attach, Scenario, Twin, twin_litellm, twin_profile
 
@@ -117,16 +118,19 @@ def twin_stack(
         return
     profile = twin_profile(twin, doc)
     assert profile is not None
-    why = _cannot_share(scenario, options, profile)
+    # The drill's own stack, or the user's running stack that it would run beside.
+    base = str(running_host(scenario, options) or base_profile(scenario, options))
+    why = cannot_share(scenario, options, base, profile)
     if why is not None:
         yield (
             dataclasses.replace(options, profile=profile, attach=None),
             f"profile {twin.profile!r}, brought up whole ({why})",
         )
         return
-    with _beside(scenario, options, profile) as (beside, base):
+    work = Path(options.out_dir) / f"twin-gateway-{Path(profile).stem}"
+    with beside(scenario, options, base, profile, work) as on_twin:
         yield (
-            beside,
+            on_twin,
             f"profile {twin.profile!r}'s gateway beside the {base!r} stack's engines, "
             "Toxiproxy and hop (one start-up for the drill and its twins)",
         )
@@ -169,52 +173,4 @@ def _litellm(
         yield (
             dataclasses.replace(options, attach=attach, state_dir=state_dir),
             f"LiteLLM proxy started with {path} at {url}, in place of {own.gateway}",
-        )
-
-
-def _base_profile(scenario: Scenario, options: RunOptions) -> str:
-    return options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
-
-
-def _cannot_share(scenario: Scenario, options: RunOptions, profile: str) -> str | None:
-    """Why the twin's profile needs its own stack (``None``: its gateway can run beside the
-    drill's)."""
-    from stack.beside import refusal
-    from stack.config import load_stack_config
-
-    if options.keep_stack:
-        return "--keep-stack: the stack is started whole, as the profile says"
-    gateway_faults = [
-        f
-        for p in scenario.phases
-        for f in p.inject
-        if f.kind.startswith("process.") and f.target == "gateway"
-    ]
-    if gateway_faults:
-        return "the drill stops the gateway itself: it must be the twin's own"
-    return refusal(load_stack_config(_base_profile(scenario, options)), load_stack_config(profile))
-
-
-@contextlib.contextmanager
-def _beside(
-    scenario: Scenario, options: RunOptions, profile: str
-) -> Iterator[tuple[RunOptions, str]]:
-    from stack.beside import gateway_beside
-    from stack.state import default_state_dir
-
-    base = _base_profile(scenario, options)
-    state_dir = options.state_dir or default_state_dir()
-    up = dataclasses.replace(options, profile=base, attach=None, state_dir=state_dir)
-    endpoints = resolve_stack(scenario, up)
-    work = Path(options.out_dir) / f"twin-gateway-{Path(profile).stem}"
-    with gateway_beside(state_dir / "stack.yaml", profile, work) as url:
-        metrics = {k: v for k, v in endpoints.metrics.items() if k not in ("gateway", "toxiproxy")}
-        attach = Attach(
-            gateway=url, toxiproxy=endpoints.toxiproxy, hop=endpoints.hop, metrics=metrics
-        )
-        yield (
-            dataclasses.replace(
-                options, profile=None, attach=attach, state_dir=state_dir, stack_config=profile
-            ),
-            base,
         )

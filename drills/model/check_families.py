@@ -122,6 +122,22 @@ BUILTIN: tuple[CheckFamily, ...] = (
         pattern=r"tokens_ratio\.p(50|75|90|95|99|999)",
         shown_as="tokens_ratio.pNN",
     ),
+    CheckFamily(
+        "group_ratio",
+        "drills.checks.groups:check_group_ratio",
+        "count",
+        pattern=r"group_ratio\.((tokens|ttft|itl|e2e)\.p(50|75|90|95|99|999)|error_rate)",
+        shown_as="group_ratio.tokens.pNN, group_ratio.ttft.pNN, group_ratio.e2e.pNN, "
+        "group_ratio.itl.pNN, group_ratio.error_rate",
+        fields=("group", "against"),
+    ),
+    CheckFamily(
+        "group_ks",
+        "drills.checks.groups:check_group_ks",
+        "share",
+        names=("group_ks.tokens", "group_ks.ttft", "group_ks.e2e"),
+        fields=("group", "against"),
+    ),
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
     _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),

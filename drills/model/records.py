@@ -74,6 +74,11 @@ class Record(BaseModel):
     (set by the runner; ``None``: the gateway does not pass ``traceparent`` on, or no hop)."""
     served_by: str | None = None
     """The hop whose answer the client got, as the harness saw it (set by the runner)."""
+    first_call: str | None = None
+    """The hop this request's first model call reached, seen at the L7 hop by its trace id
+    (set by the runner; failed requests too): the route the gateway chose for it."""
+    group: str | None = None
+    """The scenario's group it falls in (``Scenario.groups``, set by the runner)."""
     served_by_how: Literal["trace", "timing"] | None = None
     """How ``served_by`` was found: the request's trace id at the hop, or (when the gateway
     does not pass it on) the one attempt that ended when the client's answer did."""

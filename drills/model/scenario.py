@@ -46,6 +46,7 @@ from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import CheckFamily, family_of, known_checks
 from drills.model.gateways import GatewayAdapter, merged
+from drills.model.records import Record
 from drills.model.references import scenario_references
 
 __all__ = [
@@ -676,6 +677,10 @@ class Check(_Model):
     agg: Literal["increase", "max", "min", "last"] = "last"
     baseline: str | None = None
     """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
+    group: str | None = None
+    """group_ratio, group_ks: the group judged (``Scenario.groups``: the canary)."""
+    against: str | None = None
+    """group_ratio, group_ks: the group it is compared with (the stable replicas)."""
     since: Literal["fault_start", "fault_end"] = "fault_end"
     """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
     runbook: str | None = None
@@ -754,6 +759,8 @@ class Check(_Model):
             parts.append(self.target)
         if self.metric:
             parts.append(self.metric)
+        if self.group:
+            parts.append(f"{self.group}/{self.against}")
         if self.during:
             parts.append(f"during {self.during}")
         return " ".join(parts)
@@ -805,6 +812,42 @@ class SLO(_Model):
     e2e_p90: Duration | None = None
     """By default twice the baseline phase's p90 end-to-end time."""
     window: Duration = 5.0
+
+
+class Group(_Model):
+    """Which requests belong to a group (``Scenario.groups``: stable and canary, one tenant and
+    another), from what the harness saw. Every field given must match; a request is in the
+    first group it matches, in the order the groups are written."""
+
+    first_call: list[str] = Field(default_factory=list)
+    """Hops the request's first model call reached, seen at the harness's L7 hop by trace id
+    (failed requests too): the route the gateway chose for it."""
+    served_by: list[str] = Field(default_factory=list)
+    """Hops whose answer the client got, seen at the L7 hop."""
+    upstream: list[str] = Field(default_factory=list)
+    """What the gateway says served it (its upstream header: a claim, not an observation)."""
+    route: list[str] = Field(default_factory=list)
+    """The gateway's route header (``primary``, ``canary``, ``backup``, ``fallback``)."""
+
+    @model_validator(mode="after")
+    def _selects(self) -> Group:
+        if not (self.first_call or self.served_by or self.upstream or self.route):
+            raise ValueError(
+                "a group needs at least one of: first_call, served_by, upstream, route "
+                "(each a list of names)"
+            )
+        return self
+
+    def matches(self, record: Record) -> bool:
+        for values, seen in (
+            (self.first_call, record.first_call),
+            (self.served_by, record.served_by),
+            (self.upstream, record.upstream),
+            (self.route, record.route),
+        ):
+            if values and seen not in values:
+                return False
+        return True
 
 
 class Twin(_Model):
@@ -911,6 +954,15 @@ class Scenario(_Model):
     twins: list[Twin] = Field(default_factory=list)
     """Broken stacks this drill must fail on, naming the checks that catch each
     (``drills run --twin``, ``drills gate --twins``)."""
+    groups: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,40}$")], Group] = Field(
+        default_factory=dict
+    )
+    """Named groups of requests that ``group_ratio`` and ``group_ks`` checks compare (stable
+    and canary), matched in the order written."""
+
+    def group_of(self, record: Record) -> str | None:
+        """The first group ``record`` matches (``None``: none)."""
+        return next((name for name, g in self.groups.items() if g.matches(record)), None)
 
     def twin(self, name: str) -> Twin:
         """The twin called ``name``; ``KeyError`` naming the twins there are."""
@@ -1008,6 +1060,23 @@ class Scenario(_Model):
             if check.check == "recovered_within" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
         yield from self._twin_problems()
+        yield from self._group_problems()
+
+    def _group_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """Group checks name two groups the drill declares, and two different ones."""
+        names = list(self.groups)
+        for i, check in enumerate(self.expect):
+            for field in ("group", "against"):
+                value = getattr(check, field)
+                if value is not None and value not in names:
+                    yield (
+                        ("expect", i, field),
+                        "no such group; expected one of the drill's groups: "
+                        + (", ".join(names) or "(none: declare them under 'groups:')"),
+                        value,
+                    )
+            if check.group is not None and check.group == check.against:
+                yield ("expect", i, "against"), "a group compared with itself", check.against
 
     def _twin_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Twins name checks the drill has, once each, and hops its faults target."""

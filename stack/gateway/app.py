@@ -6,8 +6,9 @@ Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
 served:
 
 - ``traceparent`` / ``x-trace-id``: the W3C trace (the caller's, continued, or a new one);
-- ``x-drills-route``: ``primary``, ``backup``, ``fallback``, ``error`` or ``rejected`` (the RAG
-  path: ``rag``, ``no_context``; the agent path: ``agent``, ``graceful``);
+- ``x-drills-route``: ``primary``, ``canary``, ``backup``, ``fallback``, ``error`` or
+  ``rejected`` (the RAG path: ``rag``, ``no_context``; the agent path: ``agent``,
+  ``graceful``);
 - ``x-drills-upstream``: the upstream that answered (a Toxiproxy proxy name), if any;
 - ``x-drills-attempts``: model calls sent for this request;
 - ``x-drills-breakers``: every upstream's breaker state, e.g. ``vllm-0=closed, vllm-1=open``.
@@ -321,7 +322,7 @@ class Gateway:
                 self.admission.release()
 
         try:
-            routed = await self.router.route(payload, trace.traceparent, work_deadline)
+            routed = await self.router.route(payload, trace.traceparent, work_deadline, canary=True)
             if routed.stream is None:
                 release()
                 return self._degraded(routed, trace, started, model, want_stream)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,7 +31,8 @@ __all__ = ["Routed", "Router"]
 
 logger = logging.getLogger(__name__)
 
-Route = Literal["primary", "backup", "fallback", "error", "rejected"]
+Route = Literal["primary", "backup", "canary", "fallback", "error", "rejected"]
+Pool = Literal["canary", "primary", "backup"]
 
 
 @dataclass
@@ -80,10 +82,15 @@ class Router:
             if budget is not None
             else None
         )
-        self.pools: list[tuple[Literal["primary", "backup"], list[UpstreamClient]]] = [
+        self.pools: list[tuple[Pool, list[UpstreamClient]]] = [
             ("primary", [c for c in self.clients.values() if c.upstream.role == "primary"]),
             ("backup", [c for c in self.clients.values() if c.upstream.role == "backup"]),
         ]
+        canary = [c for c in self.clients.values() if c.upstream.role == "canary"]
+        self.canary: tuple[Pool, list[UpstreamClient]] | None = (
+            ("canary", canary) if canary and config.canary is not None else None
+        )
+        self._draw = random.Random()
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.clients.values()))
@@ -128,8 +135,34 @@ class Router:
         chosen.last_picked = self._picks
         return chosen
 
-    async def route(self, payload: dict[str, Any], traceparent: str, deadline: float) -> Routed:
-        """Find an upstream that produces a first token before ``deadline`` (monotonic)."""
+    def _pools(self, canary: bool) -> list[tuple[Pool, list[UpstreamClient]]]:
+        """The pools to try, in order: the canary first for its share of chat requests."""
+        policy = self.config.canary
+        if not canary or self.canary is None or policy is None:
+            return self.pools
+        return [self.canary, *self.pools] if self._draw.random() < policy.share else self.pools
+
+    def _canary_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The call the canary gets: its own sampling and system prompt over the client's."""
+        policy = self.config.canary
+        assert policy is not None
+        body = dict(payload)
+        if policy.min_tokens is not None:
+            body["min_tokens"] = policy.min_tokens
+            if isinstance(body.get("max_tokens"), int):
+                body["max_tokens"] = max(body["max_tokens"], policy.min_tokens)
+        if policy.system_prompt is not None:
+            body["messages"] = [
+                {"role": "system", "content": policy.system_prompt},
+                *(m for m in body["messages"] if m.get("role") != "system"),
+            ]
+        return body
+
+    async def route(
+        self, payload: dict[str, Any], traceparent: str, deadline: float, canary: bool = False
+    ) -> Routed:
+        """Find an upstream that produces a first token before ``deadline`` (monotonic);
+        ``canary``: the request may be drawn for the canary route (chat requests)."""
         # Long on purpose: The routing decision in order (budget, admission, breakers, primaries,
         # backup, fallback): the order is the policy, so it is kept in one place.
         if self.budget is not None:
@@ -137,13 +170,16 @@ class Router:
         retries_policy = self.config.retries
         attempts = 0
         failures: list[str] = []
-        for pool_name, pool in self.pools:
+        for pool_name, pool in self._pools(canary):
+            body = self._canary_payload(payload) if pool_name == "canary" else payload
             tried: set[str] = set()
             pool_attempts = 0
             while time.monotonic() < deadline:
                 if not any(self.breakers[c.upstream.name].available() for c in pool):
                     break
                 if pool_attempts > 0:
+                    if pool_name == "canary":
+                        break  # one try; a failing canary falls through to the primaries
                     limit = retries_policy.max_attempts
                     if limit is not None and pool_attempts >= limit:
                         break
@@ -170,7 +206,7 @@ class Router:
                 attempts += 1
                 client.inflight += 1
                 try:
-                    stream = await client.start(payload, traceparent, deadline)
+                    stream = await client.start(body, traceparent, deadline)
                 except RetryableFailure as exc:
                     client.inflight -= 1
                     breaker.record_failure()
