@@ -71,3 +71,47 @@ def test_each_token_is_timed_when_it_arrives(tmp_path: Path, client: str) -> Non
         assert record.ttft is not None and FIRST <= record.ttft < FIRST + 0.03, record.ttft
         assert len(record.itl) == TOKENS - 1
         assert all(GAP - 0.01 <= gap < GAP + 0.03 for gap in record.itl), record.itl
+
+
+def _most_in_flight(records: list[Any]) -> int:
+    edges = sorted(
+        [(r.start, 1) for r in records] + [(r.start + (r.e2e or 0), -1) for r in records],
+        key=lambda e: (e[0], e[1]),
+    )
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_spike_shape_runs_its_base_then_its_users(tmp_path: Path) -> None:
+    """``shape: {kind: spike}``: one user, then six for 2 s, then one again (the shape's
+    durations reach the load process as seconds)."""
+    path = tmp_path / "records.jsonl"
+    with serving(PacedUpstream) as url:
+        config = LoadConfig.model_validate(
+            {
+                "users": 6,
+                "spawn_rate": 50,
+                "wait": "0s",
+                "warmup": "0s",
+                "max_tokens": TOKENS,
+                "timeout": "10s",
+                "shape": {"kind": "spike", "base": 1, "at": "2s", "for": "2s"},
+            }
+        )
+        process = LoadProcess(
+            url, config, FallbackRule(), [[{"role": "user", "content": "x"}]], path, 30
+        )
+        process.start()
+        try:
+            time.sleep(7)
+        finally:
+            process.stop()
+    records = [r for r in RecordReader(path).read_new() if not r.error]
+    assert len(records) >= 8, records
+    first = min(r.start for r in records)
+    before = [r for r in records if r.start < first + 1.0]
+    assert _most_in_flight(before) == 1
+    assert _most_in_flight(records) >= 5

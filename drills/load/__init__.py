@@ -85,7 +85,8 @@ class LoadProcess:
             "max_in_flight": self.load.max_in_flight,
             "stop_timeout": self.stop_timeout,
             "spawn_rate": self.load.spawn_rate,
-            "shape": self.load.shape.model_dump(by_alias=False),
+            # Seconds as numbers: the model's dump writes durations back as text ("15s").
+            "shape": {k: getattr(self.load.shape, k) for k in type(self.load.shape).model_fields},
             "prompts": self.prompts,
             "max_tokens": self.load.max_tokens,
             "min_tokens": self.load.max_tokens if self.load.pin_length else None,
