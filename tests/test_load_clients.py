@@ -86,8 +86,9 @@ def _most_in_flight(records: list[Any]) -> int:
 
 
 def test_a_spike_shape_runs_its_base_then_its_users(tmp_path: Path) -> None:
-    """``shape: {kind: spike}``: one user, then six for 2 s, then one again (the shape's
-    durations reach the load process as seconds)."""
+    """``shape: {kind: spike}``: one user through the warm-up and the first 2 s of the drill,
+    then six for 2 s, then one again. The shape counts from the drill's start (after the
+    warm-up), its durations reaching the load process as seconds."""
     path = tmp_path / "records.jsonl"
     with serving(PacedUpstream) as url:
         config = LoadConfig.model_validate(
@@ -106,12 +107,14 @@ def test_a_spike_shape_runs_its_base_then_its_users(tmp_path: Path) -> None:
         )
         process.start()
         try:
-            time.sleep(7)
+            time.sleep(4)  # the warm-up: the spike's "at" has not begun to count
+            origin = time.time()
+            process.mark_origin(origin)
+            time.sleep(6)
         finally:
             process.stop()
     records = [r for r in RecordReader(path).read_new() if not r.error]
     assert len(records) >= 8, records
-    first = min(r.start for r in records)
-    before = [r for r in records if r.start < first + 1.0]
-    assert _most_in_flight(before) == 1
-    assert _most_in_flight(records) >= 5
+    assert _most_in_flight([r for r in records if r.start < origin + 1.5]) == 1
+    spike = [r for r in records if origin + 2.5 <= r.start < origin + 3.5]
+    assert len(spike) >= 5 and _most_in_flight(records) >= 5

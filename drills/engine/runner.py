@@ -549,6 +549,7 @@ class Runner:
                     load.wait_for_workers()
                     self._warmup(reader, outcome.live)
                     self.t0 = time.time()
+                    load.mark_origin(self.t0)
                     for name, (start, end) in self._phase_offsets().items():
                         outcome.phases[name] = (self.t0 + start, self.t0 + end)
                     outcome.abort = self._timeline(faults, lifecycle, reader, outcome.live)

@@ -77,6 +77,7 @@ class LoadProcess:
             "records": str(self.records),
             "sent_log": str(sent_log_path(self.records)),
             "workers_log": str(workers_log_path(self.records)),
+            "origin_file": str(self.records.with_suffix(".origin")),
             "workers_expected": self.load.expected_workers(),
             "users": self.load.users,
             "rate": self.load.rate,
@@ -216,6 +217,13 @@ class LoadProcess:
         ``--stop-timeout``): the request timeout, at most ``MAX_STOP_TIMEOUT``. One still
         waiting then is recorded as unfinished, an error."""
         return min(float(self.load.timeout), MAX_STOP_TIMEOUT)
+
+    def mark_origin(self, t0: float) -> None:
+        """The drill's timeline begins at ``t0`` (epoch seconds, after the warm-up): a step or
+        spike shape counts its ``every`` and ``at`` from here, not from the load's start."""
+        path = self.records.with_suffix(".origin")
+        path.with_suffix(".tmp").write_text(repr(t0))
+        path.with_suffix(".tmp").replace(path)
 
     def stop(self) -> None:
         """Stop the load; requests in flight get ``stop_timeout`` to finish. The master stops

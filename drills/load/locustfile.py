@@ -585,11 +585,23 @@ class DrillShape(LoadTestShape):
         if OPEN_LOOP:
             # One arrival user per load process sends its share of the schedule.
             return max(1, int(CONFIG.get("workers_expected") or 1)), rate
+        drill = _drill_time()  # None in the warm-up: the shape's first level holds
         if shape["kind"] == "step":
-            steps = int(elapsed // shape["every"])
+            steps = 0 if drill is None else int(drill // shape["every"])
             return min(users, shape["start"] + steps * shape["step"]), rate
         if shape["kind"] == "spike":
-            if shape["at"] <= elapsed < shape["at"] + shape["for_"]:
+            if drill is not None and shape["at"] <= drill < shape["at"] + shape["for_"]:
                 return users, rate
             return shape["base"], rate
         return users, rate
+
+
+def _drill_time() -> float | None:
+    """Seconds since the drill's timeline began (the runner writes its start once the warm-up
+    is over); ``None`` before that."""
+    try:
+        with open(CONFIG["origin_file"], encoding="utf-8") as origin_file:
+            origin = float(origin_file.read())
+    except (OSError, ValueError, KeyError):
+        return None
+    return time.time() - origin
