@@ -48,7 +48,8 @@ def relocated_profile(name: str, out: Path) -> Path:
     data["gateway"]["port"] = free_port()
     if data.get("hop"):
         data["hop"]["control_port"] = free_port()
-    for replica in [*data["replicas"], *([data["backup"]] if data.get("backup") else [])]:
+    extra = [data[k] for k in ("backup", "canary") if data.get(k)]
+    for replica in [*data["replicas"], *extra]:
         for key in ("port", "proxy_port", "hop_port"):
             if key in replica:
                 replica[key] = free_port()

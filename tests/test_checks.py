@@ -173,3 +173,36 @@ def test_every_request_counts_in_exactly_one_window_even_those_hanging_past_the_
     }
     counted = [r for rs in windows.values() for r in rs]
     assert sorted(map(id, counted)) == sorted(map(id, records))  # each once, none left out
+
+
+def test_spread_is_the_p99_over_the_p50_of_the_window() -> None:
+    steady = [rec(10.5 + i * 0.05, e2e=1.0) for i in range(99)] + [rec(15, e2e=1.2)]
+    jumpy = [rec(10.5 + i * 0.05, e2e=0.5) for i in range(90)] + [
+        rec(15 + i * 0.1, e2e=8.0) for i in range(10)
+    ]
+    s = scenario({"check": "spread.e2e", "during": "fault", "below": 2})
+    (calm,) = evaluate(ev(s, steady))
+    assert calm.passed and calm.observed == pytest.approx(1.0, abs=0.2)
+    (spiky,) = evaluate(ev(s, jumpy))
+    assert not spiky.passed and spiky.observed == pytest.approx(16.0)
+    assert "e2e p99 8000ms over p50 500ms: 16.00x" in spiky.reason
+    (empty,) = evaluate(ev(scenario({"check": "spread.itl", "during": "baseline", "below": 2}), []))
+    assert not empty.passed and empty.observed is None
+
+
+def test_prometheus_checks_of_two_sources_have_labels_of_their_own() -> None:
+    s = scenario(
+        *(
+            {
+                "check": "prometheus",
+                "source": src,
+                "metric": "vllm:num_requests_waiting",
+                "below": 1,
+            }
+            for src in ("vllm-0", "vllm-1")
+        )
+    )
+    assert [c.label for c in s.expect] == [
+        "prometheus vllm-0 vllm:num_requests_waiting",
+        "prometheus vllm-1 vllm:num_requests_waiting",
+    ]

@@ -1,5 +1,7 @@
 """Latency percentiles of the requests that ran inside a window: ``ttft.pNN``, ``itl.pNN``,
-``e2e.pNN``."""
+``e2e.pNN``; and their jitter, ``spread.ttft``, ``spread.itl``, ``spread.e2e``: the p99 over
+the p50 of the same window (1 when every request took the same time; a queue inside the engine
+that stalls running streams for new prompts' prefill shows as a high ``spread.itl``)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,13 @@ from drills.checks.base import (
 )
 from drills.common.stats import percentile
 from drills.model.journal import CheckResult
+from drills.model.records import Record
 from drills.model.scenario import Check
 
-__all__ = ["check_latency"]
+__all__ = ["check_latency", "check_spread"]
 
 
-def check_latency(check: Check, ev: Evaluation) -> CheckResult:
-    metric, q = check.check.split(".p")
-    start, end = ev.window(check.during)
-    records = ev.requests_in(start, end)
+def _values(metric: str, records: list[Record]) -> list[float]:
     values: list[float] = []
     if metric == "ttft":
         values = [r.ttft for r in records if r.ttft is not None]
@@ -26,6 +26,13 @@ def check_latency(check: Check, ev: Evaluation) -> CheckResult:
     else:
         for r in records:
             values.extend(r.itl or ())
+    return values
+
+
+def check_latency(check: Check, ev: Evaluation) -> CheckResult:
+    metric, q = check.check.split(".p")
+    records = ev.requests_in(*ev.window(check.during))
+    values = _values(metric, records)
     if not values:
         return result(
             check,
@@ -36,3 +43,26 @@ def check_latency(check: Check, ev: Evaluation) -> CheckResult:
         )
     pct = float(q) / (10 if len(q) == 3 else 1)
     return result(check, "latency", percentile(values, pct), len(values))
+
+
+def check_spread(check: Check, ev: Evaluation) -> CheckResult:
+    metric = check.check.split(".", 1)[1]
+    records = ev.requests_in(*ev.window(check.during))
+    values = _values(metric, records)
+    if not values:
+        return result(
+            check,
+            "spread",
+            None,
+            0,
+            f"no {metric} samples among {len(records)} requests in the window",
+        )
+    p50, p99 = percentile(values, 50), percentile(values, 99)
+    spread = p99 / max(p50, 1e-9)
+    outcome = result(check, "spread", spread, len(values))
+    outcome.observed_text = f"{spread:.2f}x"
+    outcome.reason = (
+        f"{metric} p99 {p99 * 1000:.0f}ms over p50 {p50 * 1000:.0f}ms: {spread:.2f}x "
+        f"({len(values)} samples)" + ("" if outcome.passed else f"; expected {outcome.expected}")
+    )
+    return outcome

@@ -109,6 +109,12 @@ BUILTIN: tuple[CheckFamily, ...] = (
         names=("error_rate", "fallback_rate", "success_rate", "truncated_rate"),
     ),
     CheckFamily(
+        "spread",
+        "drills.checks.latency:check_spread",
+        "count",
+        names=("spread.ttft", "spread.itl", "spread.e2e"),
+    ),
+    CheckFamily(
         "tokens",
         "drills.checks.tokens:check_tokens",
         "count",

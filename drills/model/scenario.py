@@ -757,6 +757,8 @@ class Check(_Model):
         parts = [self.check]
         if self.target:
             parts.append(self.target)
+        if self.source:
+            parts.append(self.source)
         if self.metric:
             parts.append(self.metric)
         if self.group:
