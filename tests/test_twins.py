@@ -36,6 +36,7 @@ WITH_TWINS = [
     "tool-saturation.yaml",
     "retry-storm.yaml",
     "canary.yaml",
+    "gateway-queueing.yaml",
     "litellm/latency-one-replica.yaml",
     "litellm/replica-killed.yaml",
 ]
