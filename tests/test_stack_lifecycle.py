@@ -48,6 +48,7 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
         "hop",
         "gateway",
         "backup",
+        "canary",
     }
     cfg = stack.config
     rag = cfg.rag
@@ -141,6 +142,7 @@ def test_stack_gateway_answers_through_the_proxies(stack: RunningStack) -> None:
     assert {m: breakers[m] for m in models} == dict.fromkeys(models, "closed")
     assert set(breakers) == {
         *models,
+        "canary",  # its hop has a breaker; the sound policy routes nothing to it
         "triton",
         "vectordb",
         "tools:search_kb",
