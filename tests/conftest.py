@@ -300,3 +300,37 @@ def processes_naming(path: Path) -> list[int]:
         if str(path) in cmdline:
             found.append(int(proc.name))
     return found
+
+
+def gate_drill_and_twin(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`drills gate --twins SCENARIO EXTRA...` on the session's stack (its state directory);
+    the drill's journal, which must have passed, and its one twin's, which must have held."""
+    out = tmp_path / "gate"
+    result = subprocess.run(
+        drills_cli(
+            "gate",
+            "--twins",
+            str(scenario),
+            *extra,
+            "--state-dir",
+            str(stack.state_dir),
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+    journals: dict[str, dict[str, Any]] = {}
+    for path in sorted(out.glob("runs/**/journal.json")):
+        journal = json.loads(path.read_text())
+        journals["twin" if journal.get("twin") else "drill"] = journal
+    assert set(journals) == {"drill", "twin"}, result.stdout[-3000:] + result.stderr[-3000:]
+    drill, twin = journals["drill"], journals["twin"]
+    assert drill["verdict"] == "passed", [c for c in drill["checks"] if not c["passed"]]
+    assert twin["twin"]["held"], twin["twin"]
+    assert result.returncode == 0, result.stdout[-3000:]
+    return drill, twin
