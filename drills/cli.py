@@ -31,7 +31,7 @@ from drills.model.journal import FORMAT, Journal
 if TYPE_CHECKING:
     from drills.common.yamlsrc import YamlDocument
     from drills.engine.runner import RunOptions
-    from drills.model.scenario import Scenario
+    from drills.model.scenario import Scenario, Twin
 
 __all__ = ["main"]
 
@@ -736,6 +736,41 @@ def _run_drill(args: argparse.Namespace) -> int:
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
 
 
+def _print_twin(twin: Twin) -> None:
+    stack = (
+        f"profile {twin.profile}"
+        if twin.profile
+        else f"LiteLLM with {twin.litellm}"
+        if twin.litellm
+        else f"attach {twin.attach}"
+        if twin.attach
+        else "the drill's stack"
+    )
+    if twin.kubernetes is not None:
+        stack += ", kubernetes " + str(twin.kubernetes.model_dump(exclude_none=True))
+    print(f"twin {twin.key} ({stack}): must fail: {', '.join(twin.must_fail)}")
+    if twin.may_fail:
+        print(f"  may fail: {', '.join(twin.may_fail)}")
+    for hop in twin.absent:
+        print(f"  faults on {hop} are not applied (the twin's stack has none)")
+
+
+def _twin_plan(scenario: Scenario, twin: Twin, options: RunOptions) -> tuple[Scenario, RunOptions]:
+    """What a dry run shows of a twin: its faults where the twin has them (``kubernetes``),
+    on its attach fields over the drill's."""
+    import dataclasses
+
+    from drills.engine.runner import attach_of
+    from drills.engine.twins import in_twin_cluster
+    from drills.model.scenario import Attach
+
+    own = attach_of(scenario, options)
+    if twin.attach is not None and own is not None:
+        merged = {**own.model_dump(exclude_unset=True), **twin.attach}
+        options = dataclasses.replace(options, attach=Attach.model_validate(merged))
+    return in_twin_cluster(scenario, twin), options
+
+
 def _run_twins(
     scenario: Scenario, doc: YamlDocument, options: RunOptions, args: argparse.Namespace
 ) -> int:
@@ -744,20 +779,12 @@ def _run_twins(
 
     twins = pick_twins(scenario, doc, args.twin or None)
     if args.dry_run:
+        planned = True
         for twin in twins:
-            stack = (
-                f"profile {twin.profile}"
-                if twin.profile
-                else f"LiteLLM with {twin.litellm}"
-                if twin.litellm
-                else f"attach {twin.attach}"
-            )
-            print(f"twin {twin.key} ({stack}): must fail: {', '.join(twin.must_fail)}")
-            if twin.may_fail:
-                print(f"  may fail: {', '.join(twin.may_fail)}")
-            for hop in twin.absent:
-                print(f"  faults on {hop} are not applied (the twin's stack has none)")
-        return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
+            _print_twin(twin)
+            on_twin, twin_options = _twin_plan(scenario, twin, options)
+            planned = _print_plan(on_twin, doc, twin_options, args.json) and planned
+        return EXIT_OK if planned else EXIT_USAGE
     code = EXIT_OK
     for twin in twins:
         print(

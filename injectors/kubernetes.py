@@ -67,8 +67,10 @@ def _ready_at(pod: dict[str, Any]) -> float | None:
 
 def _brief(pod: dict[str, Any]) -> dict[str, Any]:
     meta = pod["metadata"]
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     return {
         "name": meta["name"],
+        "owner": f"{owners[0]['kind']}/{owners[0]['name']}" if owners else None,
         "uid": meta["uid"],
         "node": pod.get("spec", {}).get("nodeName"),
         "phase": pod.get("status", {}).get("phase"),
@@ -361,15 +363,25 @@ class KubernetesInjector:
         )
         replacements = candidates[: len(self.victims)]
         readies = [r.get("watched_ready_at") or r.get("ready_at") for r in replacements]
+        ready_at = (
+            max(r for r in readies if r is not None)
+            if len(replacements) == len(self.victims) and None not in readies
+            else None
+        )
+        unowned = [v["name"] for v in self.victims if not v.get("owner")]
         return {
             "replacements": replacements,
-            "ready_at": (
-                max(r for r in readies if r is not None)
-                if len(replacements) == len(self.victims) and None not in readies
-                else None
-            ),
+            "ready_at": ready_at,
             "ready_seen_by": "watch" if self.watch is not None and not error else "list",
             **({"watch_error": error} if error else {}),
+            **(
+                {
+                    "error": f"{', '.join(unowned)}: no controller owned it (no "
+                    "ownerReferences), so nothing replaces it"
+                }
+                if unowned and ready_at is None
+                else {}
+            ),
         }
 
 

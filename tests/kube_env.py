@@ -26,6 +26,7 @@ from drills.common.kube import KubeClient, load_kubeconfig
 from stack.kube import KwokCluster, ensure_kube_binaries
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "stack" / "deploy" / "kubernetes"
+TWIN_MANIFEST = MANIFESTS / "twins" / "unmanaged-vllm-0.yaml"
 READY_DELAY = 3.0
 """Seconds from a pod running to its being Ready (the KWOK pod-ready Stage's delay)."""
 EXEC_TOKEN = "drills-exec-" + secrets.token_hex(8)
@@ -158,10 +159,12 @@ class Kube:
             )
         ]
 
-    def wait_ready(self, selector: str, count: int, timeout: float = 120) -> list[dict]:
+    def wait_ready(
+        self, selector: str, count: int, timeout: float = 120, namespace: str = "llm"
+    ) -> list[dict]:
         deadline = time.monotonic() + timeout
         while True:
-            pods = self.ready_pods(selector)
+            pods = self.ready_pods(selector, namespace)
             if len(pods) >= count:
                 return pods
             assert time.monotonic() < deadline, f"{selector}: {len(pods)}/{count} pods Ready"
@@ -182,7 +185,9 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     cluster.create()
     try:
         context = load_kubeconfig(cluster.kubeconfig).context
-        nodes = [node(f"gpu-node-{i}", 1) for i in range(3)] + [node("cpu-node-0", 0)]
+        # Three GPU nodes for the sound stack (two replicas and a spare for a replacement),
+        # two for the twin's replicas (stack/deploy/kubernetes/twins, applied by its test).
+        nodes = [node(f"gpu-node-{i}", 1) for i in range(5)] + [node("cpu-node-0", 0)]
         cluster.kubectl(
             "apply",
             "-f",

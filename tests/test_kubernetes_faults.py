@@ -27,7 +27,7 @@ from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env
 from tests.helpers import anchored
-from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, Kube
+from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, TWIN_MANIFEST, Kube
 
 pytestmark = pytest.mark.kubernetes
 
@@ -436,3 +436,61 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
         caught.value
     )
     assert {p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")} == uids
+
+
+@pytest.mark.stack
+def test_the_drill_fails_on_its_twin_where_nothing_replaces_the_pod(
+    kube: Kube, stack: object, tmp_path: Path
+) -> None:
+    """`drills run --twin` on the shipped twin manifest: the same stack in namespace llm-twin
+    with vllm-0 a bare Pod. The drill deletes it there (and nothing in llm), no replacement
+    comes, and exactly the replacement check fails, saying why."""
+    kube.kubectl("apply", "-f", str(TWIN_MANIFEST))
+    try:
+        (victim, _) = sorted(
+            kube.wait_ready("app=vllm", 2, namespace="llm-twin"),
+            key=lambda p: p["metadata"]["name"],
+        )
+        assert not victim["metadata"].get("ownerReferences")  # a bare Pod, as shipped
+        sound = {p["metadata"]["uid"] for p in kube.wait_ready("app=vllm", 2)}
+        source = ROOT / "tests" / "scenarios" / "short-pod-loss-k8s.yaml"
+        data = yaml.safe_load(anchored(source.read_text(), source.parent))
+        data["kubernetes"].update(
+            kubeconfig=str(kube.kubeconfig), context=kube.context, allowed_contexts=[kube.context]
+        )
+        path = tmp_path / "drill.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        result = subprocess.run(
+            drills_cli(
+                "run",
+                str(path),
+                "--twin",
+                "llm-twin",
+                "--gateway",
+                stack.gateway_url,  # type: ignore[attr-defined]
+                "--toxiproxy",
+                stack.toxiproxy_url,  # type: ignore[attr-defined]
+                "--out",
+                str(tmp_path / "runs"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=isolated_env(tmp_path),
+        )
+        (journal_path,) = sorted((tmp_path / "runs").glob("*/journal.json"))
+        journal = json.loads(journal_path.read_text())
+        twin = journal["twin"]
+        assert result.returncode == 0 and twin["held"], (result.stdout[-3000:], twin)
+        assert twin["failed"] == ["replacement_ready_within app=vllm,replica=vllm-0"]
+        assert "namespace 'llm-twin'" in twin["stack"], twin["stack"]
+        (fault,) = journal["faults"]
+        (deleted,) = fault["evidence"]["deleted"]
+        assert deleted["uid"] == victim["metadata"]["uid"] and deleted["owner"] is None
+        assert fault["after"]["replacements"] == [] and fault["after"]["ready_at"] is None
+        (check,) = [c for c in journal["checks"] if not c["passed"]]
+        assert "no controller owned it" in check["reason"], check
+        # The sound stack's pods were not touched.
+        assert {p["metadata"]["uid"] for p in kube.ready_pods("app=vllm")} == sound
+    finally:
+        kube.kubectl("delete", "namespace", "llm-twin", "--wait=false")

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 
-from drills.engine.twins import TwinPlan, twin_outcome, without_absent
+from drills.engine.twins import TwinPlan, in_twin_cluster, twin_outcome, without_absent
 from drills.model.journal import CheckResult, RunStatus
 from drills.model.scenario import Twin, load_scenario
 from reports.junit import twin_suite
@@ -24,14 +24,15 @@ from tests.helpers import anchored, problems
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 LATENCY = SCENARIOS / "inference-latency.yaml"
-# Every shipped drill that can fail on this machine declares a twin. Not here: gpu-pod-loss-k8s
-# (its KWOK test cluster runs no engines, so no twin of it can be run here), gpu-memory-pressure
-# (needs a GPU) and litellm/stream-cut (it fails on LiteLLM itself; the embedded gateway is the
-# run on which it passes).
+# Every shipped drill that can fail on this machine declares a twin (gpu-pod-loss-k8s's is run on
+# the KWOK cluster by tests/test_kubernetes_faults.py). Not here: gpu-memory-pressure (needs a
+# GPU) and litellm/stream-cut (it fails on LiteLLM itself; the embedded gateway is the run on
+# which it passes).
 WITH_TWINS = [
     "inference-latency.yaml",
     "gpu-pod-loss.yaml",
     "gpu-pod-loss-docker.yaml",
+    "gpu-pod-loss-k8s.yaml",
     "vector-db-outage.yaml",
     "tool-saturation.yaml",
     "retry-storm.yaml",
@@ -120,6 +121,44 @@ def test_a_check_both_must_and_may_fail_and_twins_of_one_name_are_refused(
     found = problems(load_scenario, path)
     assert any("twins[0].may_fail[0]: already in must_fail" in p for p in found), found
     assert any("twins[1].name: twin names must be unique" in p for p in found), found
+
+
+def test_a_kubernetes_twin_moves_the_faults_to_an_allowed_namespace_only(tmp_path: Path) -> None:
+    """Its namespace and context must be ones the drill allows (file:line, before anything is
+    called); on the twin every kubernetes fault acts there, and nothing else changes."""
+    source = SCENARIOS / "gpu-pod-loss-k8s.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["twins"][0]["kubernetes"] = {"namespace": "prod", "context": "prod-eu"}
+    path = tmp_path / "drill.yaml"
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(anchored(text, SCENARIOS))
+    found = problems(load_scenario, path)
+    assert any(
+        p.startswith(f"{path}:{line_of(text, 'namespace: prod')} twins[0].kubernetes.namespace:")
+        and "not in the drill's kubernetes.allowed_namespaces (llm, llm-twin)" in p
+        and "(got 'prod')" in p
+        for p in found
+    ), found
+    assert any("twins[0].kubernetes.context: not in the drill's" in p for p in found), found
+    # A twin that moves nothing, or belongs to a drill without kubernetes faults.
+    data["twins"][0]["kubernetes"] = {}
+    path.write_text(anchored(yaml.safe_dump(data, sort_keys=False), SCENARIOS))
+    assert any(
+        "names its 'namespace', its 'context' or both" in p for p in problems(load_scenario, path)
+    )
+    latency, _ = copy_with_twins(
+        tmp_path, [{"kubernetes": {"namespace": "llm"}, "must_fail": ["stack_lint"]}]
+    )
+    assert any(
+        "the drill has no kubernetes fault for the twin to move" in p
+        for p in problems(load_scenario, latency)
+    )
+
+    scenario, _ = load_scenario(source)
+    on_twin = in_twin_cluster(scenario, scenario.twins[0])
+    (fault,) = on_twin.phases[1].inject
+    assert fault.namespace == "llm-twin" and scenario.phases[1].inject[0].namespace == "llm"
+    assert on_twin.model_copy(update={"phases": scenario.phases}) == scenario
 
 
 def test_twin_on_the_cli_names_the_twins_there_are_and_exits_2(tmp_path: Path) -> None:

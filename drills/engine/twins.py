@@ -9,6 +9,8 @@ the loudest failure there is: the drill cannot tell a broken stack from a sound 
 How the twin's stack is had:
 
 - ``attach``: the drill's own attach fields, the twin's over them;
+- ``kubernetes``: the drill's stack (or the twin's ``attach`` fields over it), its kubernetes
+  faults moved to the twin's namespace and context, where the stack is deployed broken;
 - ``profile``: when the twin's profile differs from the drill's only in its gateway and in
   which upstreams it routes to, the drill's stack is brought up (or found running) and the
   twin's gateway runs beside it (``stack.beside``): drill and twin share one start-up;
@@ -30,9 +32,16 @@ from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.runner import Runner, RunOptions, attach_of
 from drills.engine.sharing import base_profile, beside, cannot_share, running_host
 from drills.model.journal import CheckResult, Journal, RunStatus, TwinOutcome
-from drills.model.scenario import Attach, Scenario, Twin, twin_litellm, twin_profile
+from drills.model.scenario import (
+    Attach,
+    KubernetesFault,
+    Scenario,
+    Twin,
+    twin_litellm,
+    twin_profile,
+)
 
-__all__ = ["TwinPlan", "pick_twins", "run_twin", "twin_outcome"]
+__all__ = ["TwinPlan", "in_twin_cluster", "pick_twins", "run_twin", "twin_outcome"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,27 @@ def pick_twins(scenario: Scenario, doc: YamlDocument | None, name: str | None) -
         return [scenario.twin(name)]
     except KeyError as exc:
         raise InputError(f"{where}--twin: {exc.args[0]}") from None
+
+
+def in_twin_cluster(scenario: Scenario, twin: Twin) -> Scenario:
+    """The scenario with its kubernetes faults in the twin's namespace and context (a
+    ``kubernetes`` twin); the scenario itself otherwise."""
+    where = twin.kubernetes
+    if where is None or scenario.kubernetes is None:
+        return scenario
+    phases = []
+    for phase in scenario.phases:
+        inject = [
+            fault.model_copy(update={"namespace": where.namespace})
+            if isinstance(fault, KubernetesFault) and where.namespace is not None
+            else fault
+            for fault in phase.inject
+        ]
+        phases.append(phase.model_copy(update={"inject": inject}))
+    scope = scenario.kubernetes
+    if where.context is not None:
+        scope = scope.model_copy(update={"context": where.context})
+    return scenario.model_copy(update={"phases": phases, "kubernetes": scope})
 
 
 def without_absent(scenario: Scenario, twin: Twin) -> tuple[Scenario, tuple[str, ...]]:
@@ -95,7 +125,7 @@ def run_twin(
     scenario: Scenario, doc: YamlDocument | None, twin: Twin, options: RunOptions
 ) -> Journal:
     """Run ``scenario`` on ``twin``; the journal's ``twin`` says whether it held."""
-    on_twin, skipped = without_absent(scenario, twin)
+    on_twin, skipped = without_absent(in_twin_cluster(scenario, twin), twin)
     with twin_stack(on_twin, doc, twin, options) as (twin_options, how):
         plan = TwinPlan(twin, how, skipped)
         return Runner(on_twin, doc, dataclasses.replace(twin_options, twin=plan)).run()
@@ -110,11 +140,23 @@ def twin_stack(
         with _litellm(scenario, doc, twin, options) as (on_litellm, how):
             yield on_litellm, how
         return
+    moved = ""
+    if twin.kubernetes is not None:
+        moved = "its kubernetes faults in " + ", ".join(
+            f"{field} {value!r}"
+            for field, value in twin.kubernetes.model_dump(exclude_none=True).items()
+        )
+        if twin.attach is None:
+            yield options, f"the drill's stack, {moved}"
+            return
     if twin.attach is not None:
         own = attach_of(scenario, options)
         assert own is not None  # validated: an attach twin belongs to an attached drill
         attach = Attach.model_validate({**own.model_dump(exclude_unset=True), **twin.attach})
-        yield dataclasses.replace(options, attach=attach), f"attached: {attach.gateway}"
+        yield (
+            dataclasses.replace(options, attach=attach),
+            f"attached: {attach.gateway}" + (f"; {moved}" if moved else ""),
+        )
         return
     profile = twin_profile(twin, doc)
     assert profile is not None

@@ -62,6 +62,7 @@ __all__ = [
     "Phase",
     "Scenario",
     "Twin",
+    "TwinKubernetes",
     "check_adapter_hops",
     "check_profile",
     "check_targets",
@@ -852,10 +853,29 @@ class Group(_Model):
         return True
 
 
+class TwinKubernetes(_Model):
+    """Where a twin's stack runs on Kubernetes, for a drill with kubernetes faults: the same
+    stack deployed broken in another namespace (or cluster context) of the user's."""
+
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Every kubernetes fault of the drill acts in this namespace on the twin (it must be in
+    the drill's ``kubernetes.allowed_namespaces``)."""
+    context: str | None = None
+    """The kubeconfig context the twin runs in (in the drill's ``allowed_contexts``)."""
+
+    @model_validator(mode="after")
+    def _says_where(self) -> TwinKubernetes:
+        if self.namespace is None and self.context is None:
+            raise ValueError("a Kubernetes twin names its 'namespace', its 'context' or both")
+        return self
+
+
 class Twin(_Model):
     """A broken stack the drill must fail on, and the checks that must catch it: the proof
     that the drill can fail (``drills run --twin``). The twin's stack is a stack profile
-    (``profile``) or a stack the user runs (``attach``, fields over the drill's own)."""
+    (``profile``), a stack the user runs (``attach``, fields over the drill's own), a LiteLLM
+    config (``litellm``), or, for a drill with kubernetes faults, the stack deployed broken in
+    another namespace or context (``kubernetes``, with ``attach`` when its gateway differs)."""
 
     name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
     """How ``--twin NAME`` picks it; default: the profile's name, else ``attached``."""
@@ -869,6 +889,9 @@ class Twin(_Model):
     with it in front of the drill's stack and runs the drill on it in place of the drill's
     gateway. A config without a ``model_list`` gets one deployment per primary hop of the
     embedded stack (``stack.litellm``)."""
+    kubernetes: TwinKubernetes | None = None
+    """The namespace or context, on the twin, of every kubernetes fault of the drill (a
+    replica deployed without the controller that would replace it, say)."""
     must_fail: list[str]
     """Labels of the drill's checks that must fail on the twin (``fallback_rate during
     fault``, ``stack_lint``): the twin passes when exactly these fail."""
@@ -894,7 +917,14 @@ class Twin(_Model):
     @model_validator(mode="after")
     def _one_stack(self) -> Twin:
         given = [f for f in ("profile", "attach", "litellm") if getattr(self, f) is not None]
-        if len(given) != 1:
+        if self.kubernetes is not None:
+            if given not in ([], ["attach"]):
+                raise ValueError(
+                    "a Kubernetes twin is the drill's stack in another namespace or context, "
+                    "with 'attach' fields where its gateway differs: not a stack profile or "
+                    f"a LiteLLM config too (got {', '.join(given)})"
+                )
+        elif len(given) != 1:
             raise ValueError(
                 "a twin is a stack profile ('profile'), a stack the user runs ('attach') or a "
                 "LiteLLM config the harness starts LiteLLM with ('litellm'): exactly one of "
@@ -908,6 +938,8 @@ class Twin(_Model):
             return self.name
         if self.profile or self.litellm:
             return Path(self.profile or self.litellm or "").stem
+        if self.kubernetes is not None:
+            return str(self.kubernetes.namespace or self.kubernetes.context)
         return "attached"
 
 
@@ -1080,6 +1112,35 @@ class Scenario(_Model):
             if check.group is not None and check.group == check.against:
                 yield ("expect", i, "against"), "a group compared with itself", check.against
 
+    def _kubernetes_twin_problems(
+        self, i: int, where: TwinKubernetes
+    ) -> Iterator[tuple[Loc, str, Any]]:
+        """A Kubernetes twin belongs to a drill with kubernetes faults, and its namespace and
+        context are ones the drill allows."""
+        loc: Loc = ("twins", i, "kubernetes")
+        if not any(isinstance(f, KubernetesFault) for p in self.phases for f in p.inject):
+            yield loc, "the drill has no kubernetes fault for the twin to move", None
+            return
+        scope = self.kubernetes
+        if scope is None:  # reported on the faults themselves
+            return
+        if where.namespace is not None and where.namespace not in scope.allowed_namespaces:
+            yield (
+                (*loc, "namespace"),
+                "not in the drill's kubernetes.allowed_namespaces ("
+                + ", ".join(scope.allowed_namespaces)
+                + "): list the twin's namespace there too",
+                where.namespace,
+            )
+        if where.context is not None and where.context not in scope.allowed_contexts:
+            yield (
+                (*loc, "context"),
+                "not in the drill's kubernetes.allowed_contexts ("
+                + ", ".join(scope.allowed_contexts)
+                + "): list the twin's context there too",
+                where.context,
+            )
+
     def _twin_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Twins name checks the drill has, once each, and hops its faults target."""
         labels = [c.label for c in self.expect]
@@ -1108,6 +1169,8 @@ class Scenario(_Model):
                     "this drill runs on a stack profile: its twin is another profile",
                     twin.litellm,
                 )
+            if twin.kubernetes is not None:
+                yield from self._kubernetes_twin_problems(i, twin.kubernetes)
             if twin.profile is not None and isinstance(self.stack, Attach):
                 yield (
                     ("twins", i, "profile"),
