@@ -344,3 +344,26 @@ def _lint_paths(config: Any, add: Any) -> None:
                 "request, and the degraded answer is never reached in time",
                 "shorten the hop timeouts (near the hop's p99) or raise request",
             )
+    _lint_agent_resume(agent, add)
+
+
+def _lint_agent_resume(agent: Any, add: Any) -> None:
+    """A crashed agent task resumes without repeating its side effects."""
+    if not agent.checkpoints:
+        add(
+            "error",
+            "agent-checkpoints",
+            ("gateway", "agent", "checkpoints"),
+            "agent tasks keep no checkpoints: a task resumed after a crash runs every step "
+            "again, its side effects included",
+            "set checkpoints: true",
+        )
+    if not agent.stable_keys:
+        add(
+            "error",
+            "agent-stable-keys",
+            ("gateway", "agent", "stable_keys"),
+            "side-effecting tool calls get a fresh idempotency key per call: a call repeated "
+            "after a crash (one that did its work before its step was saved) is delivered again",
+            "set stable_keys: true (the key is the task and step)",
+        )

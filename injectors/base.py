@@ -42,8 +42,8 @@ define ``revert_entry(entry)`` for the sweep (built-in families do), else the fa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -101,6 +101,9 @@ class InjectionContext:
     """Docker faults: the most containers one fault may hit (the safety policy's)."""
     hop_url: str | None = None
     """The control API of the harness's L7 hop (``hop.*`` faults); ``None``: the stack runs none."""
+    component_states: Mapping[str, Path] = field(default_factory=dict)
+    """Components another supervisor runs, by name: that supervisor's state directory (a
+    profile's gateway beside a running stack, ``stack.beside``)."""
 
 
 @runtime_checkable

@@ -44,7 +44,7 @@ class ProcessInjector:
         self.fault = fault
         self.kind: str = fault.kind
         self.target: str = fault.target
-        self.state_dir: Path | None = context.state_dir
+        self.state_dir: Path | None = context.component_states.get(fault.target, context.state_dir)
         self.victim: dict[str, Any] | None = None
         self.applied_at: float | None = None
         self.thawed = False

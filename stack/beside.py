@@ -32,7 +32,8 @@ from stack.config import StackConfig, load_stack_config, profile_path
 __all__ = ["gateway_beside", "refusal"]
 
 READY_TIMEOUT = 30.0
-STOP_GRACE = 10.0
+STOP_GRACE = 15.0
+"""Seconds the supervisor gets to stop (it gives the gateway 10 of them)."""
 
 
 def refusal(running: StackConfig, twin: StackConfig) -> str | None:
@@ -101,34 +102,46 @@ def gateway_beside(running_file: Path, twin_profile: str, workdir: Path) -> Iter
     config.write_text(yaml.safe_dump(_config(running_file, twin_file, twin, port), sort_keys=False))
     load_stack_config(config)  # what the gateway will read is valid, or this says where not
     url = f"http://{running.host}:{port}"
-    argv = [sys.executable, "-m", "stack.gateway", "--config", str(config)]
-    argv += ["--state-dir", str(workdir), "--log-level", "warning"]
-    with (workdir / "gateway.log").open("ab") as log:
+    # Under a supervisor of its own (``--only-gateway``), as the stack's gateway is under the
+    # stack's: a drill that kills it sees it restarted, with the events in workdir.
+    argv = [sys.executable, "-m", "stack.supervisor", "--config", str(config)]
+    argv += ["--state-dir", str(workdir), "--only-gateway"]
+    with (workdir / "supervisor.log").open("ab") as log:
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        _wait_ready(url, process, workdir / "gateway.log")
+        _wait_ready(url, process, workdir)
         yield url
     finally:
         _stop(process)
 
 
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(url: str, process: subprocess.Popen[bytes], workdir: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:]
-            raise StackError(f"the twin's gateway exited with {process.returncode}: {tail}")
+            raise StackError(
+                f"the twin's gateway's supervisor exited with {process.returncode}: "
+                + _tail(workdir)
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         time.sleep(0.2)
-    raise StackError(f"the twin's gateway at {url} was not ready within {READY_TIMEOUT:.0f}s")
+    raise StackError(
+        f"the twin's gateway at {url} was not ready within {READY_TIMEOUT:.0f}s: " + _tail(workdir)
+    )
+
+
+def _tail(workdir: Path) -> str:
+    logs = [workdir / "logs" / "gateway.log", workdir / "supervisor.log"]
+    return " | ".join(log.read_text(errors="replace")[-1500:] for log in logs if log.exists())
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to its process group, SIGKILL after the grace period."""
+    """SIGTERM to its process group (the supervisor stops the gateway), SIGKILL after the
+    grace period (the gateway then gets its parent-death signal)."""
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)

@@ -338,6 +338,13 @@ class AgentPolicy(_Model):
         "Nothing was changed; please retry in a minute."
     )
     """Served when a tool is saturated or its breaker is open; ``null`` (unsound) = error."""
+    checkpoints: bool = True
+    """Each step is saved by ``task_id`` once done, and a task sent again with its ``task_id``
+    resumes after its last done step; ``false`` (unsound): a task sent again starts over."""
+    stable_keys: bool = True
+    """A side-effecting call (``send_message``) carries an idempotency key made of its task and
+    step (``task_id:step``), so the tool server delivers a repeated call once; ``false``
+    (unsound): a fresh key per call, as an agent without step identity makes one."""
 
 
 class GatewayConfig(_Model):

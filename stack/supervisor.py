@@ -427,10 +427,15 @@ def _container(
 
 
 class Supervisor:
-    def __init__(self, config: StackConfig, config_path: Path, state_dir: Path) -> None:
+    def __init__(
+        self, config: StackConfig, config_path: Path, state_dir: Path, only_gateway: bool = False
+    ) -> None:
         self.config = config
         self.config_path = config_path
         self.state_dir = state_dir
+        # The config's gateway alone, in front of hops another supervisor runs (another
+        # profile's gateway beside a running stack, ``stack.beside``).
+        self.only_gateway = only_gateway
         self.logs = state_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.components: dict[str, Running] = {}
@@ -785,7 +790,11 @@ class Supervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        specs = component_specs(self.config, self.config_path, self.state_dir)
+        specs = (
+            [_gateway_spec(self.config, self.config_path, self.state_dir)]
+            if self.only_gateway
+            else component_specs(self.config, self.config_path, self.state_dir)
+        )
         self.components = {s.name: Running(s) for s in specs}
         self._write_state()
         try:
@@ -815,11 +824,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stack.supervisor")
     parser.add_argument("--config", required=True)
     parser.add_argument("--state-dir", required=True)
+    parser.add_argument(
+        "--only-gateway",
+        action="store_true",
+        help="run the gateway alone, in front of hops another supervisor runs",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     state_dir = Path(args.state_dir)
     config_path = Path(args.config)
-    Supervisor(load_stack_config(config_path), config_path, state_dir).run()
+    Supervisor(load_stack_config(config_path), config_path, state_dir, args.only_gateway).run()
 
 
 if __name__ == "__main__":

@@ -85,12 +85,23 @@ def test_each_rule_fires_alone(tmp_path: Path) -> None:
         "degraded-path": {"fallback__text": None},
         "fallback-reserve": {"fallback_reserve": "0s"},
         "queue-at-gateway": {"admission__max_concurrency": 64},
+        "agent-checkpoints": {"agent__checkpoints": False},
+        "agent-stable-keys": {"agent__stable_keys": False},
     }
     for rule, change in cases.items():
         found = rules(lint_stack(_variant(tmp_path, **change)))
         assert rule in found, (rule, found)
         # request-covers-tiers follows from some of the others; nothing unrelated fires.
         assert set(found) <= {rule, "request-covers-tiers"}, (rule, found)
+
+
+def test_the_unsound_agent_profile_is_caught_on_its_resume_rules() -> None:
+    findings = lint_stack("unsound-agent")
+    assert rules(findings) == {"agent-checkpoints": "error", "agent-stable-keys": "error"}
+    assert {f.field for f in findings} == {
+        "gateway.agent.checkpoints",
+        "gateway.agent.stable_keys",
+    }
 
 
 def test_a_client_that_gives_up_before_the_gateway_is_an_error() -> None:

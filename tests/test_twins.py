@@ -38,6 +38,7 @@ WITH_TWINS = [
     "retry-storm.yaml",
     "canary.yaml",
     "gateway-queueing.yaml",
+    "agent-resume.yaml",
     "litellm/latency-one-replica.yaml",
     "litellm/replica-killed.yaml",
 ]

@@ -1,7 +1,7 @@
 """Checks: each scenario expectation evaluated over its window of the drill, one module per
 family (``latency``, ``rate``, ``throughput``, ``prometheus``, ``breaker``, ``recovery``,
-``replacement``, ``lint``, ``rag``, ``tools``) on what they share (``base``). Which family a
-check name belongs to, and what its bounds mean, is ``drills.model.check_families``.
+``replacement``, ``lint``, ``rag``, ``tools``, ``agent``) on what they share (``base``). Which
+family a check name belongs to, and what its bounds mean, is ``drills.model.check_families``.
 """
 
 from __future__ import annotations

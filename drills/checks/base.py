@@ -68,6 +68,10 @@ class Evaluation:
     hop_records: list[HopRecord] | None = None
     """What reached the harness's L7 hop (each attempt at a model hop); ``None``: the stack
     runs no L7 hop, so the checks that need one fall back to the gateway's claim."""
+    tool_audit: list[dict[str, Any]] | None = None
+    """The tool server's own audit log since the run began (one entry per tool call: tool,
+    parameters, outcome, result, trace id); ``None``: none could be read (only the embedded
+    stack's is known to the harness)."""
 
     def __post_init__(self) -> None:
         charge(self.records, self.phases, self.faults)

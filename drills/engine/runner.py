@@ -152,6 +152,9 @@ class RunOptions:
     (``--with``; a game day or gate: what its other drills need). ``drills.engine.parts``."""
     twin: TwinPlan | None = None
     """Set when this run is on one of the drill's twins (``drills.engine.twins``)."""
+    component_states: dict[str, Path] = field(default_factory=dict)
+    """Components of the stack that another supervisor runs, by name: its state directory
+    (the gateway of a profile run beside a running stack, ``drills.engine.sharing``)."""
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
@@ -324,6 +327,7 @@ class Runner:
         self.policy = options.safety or SafetyPolicy()
         self.retrieval_status: dict[str, Any] | None = None
         self._hop_since = 0
+        self._began = time.time()
         self._watchdog_actions: list[dict[str, Any]] = []
 
     @property
@@ -370,6 +374,7 @@ class Runner:
         Raises ``SafetyViolation`` or ``ConfigError`` before anything is touched when the drill
         exceeds the safety policy or names hops the stack does not have."""
         scenario = self.scenario
+        self._began = time.time()
         policy = self.policy = self.options.safety or load_policy()
         check_scenario(scenario, self.doc, policy, attach_urls(attach_of(scenario, self.options)))
         if self.options.profile and attach_of(scenario, self.options) is None:
@@ -472,6 +477,7 @@ class Runner:
             self.policy.max_pods,
             self.policy.max_containers,
             endpoints.hop,
+            self.options.component_states,
         )
         faults: list[FaultRun] = []
         for window in fault_windows(scenario):
@@ -698,7 +704,20 @@ class Runner:
             *self._agent_identity(state_dir, endpoints),
             endpoints.adapter,
             hop_records,
+            self._tool_audit(state_dir),
         )
+
+    def _tool_audit(self, state_dir: Path | None) -> list[dict[str, Any]] | None:
+        """The embedded tool server's audit log since the run began, when the drill has a
+        check that reads it (``drills.checks.agent``)."""
+        from drills.common.jsonl import read_jsonl
+
+        if state_dir is None or not any(c.check.startswith("tasks_") for c in self.scenario.expect):
+            return None
+        path = state_dir / "tools" / "audit.jsonl"
+        if not path.exists():
+            return None
+        return [e for e in read_jsonl(path) if float(e.get("time") or 0) >= self._began]
 
     def _hop_records(self, endpoints: StackEndpoints, outcome: _Outcome) -> list[HopRecord] | None:
         """What reached the L7 hop since the run began (``None``: no hop, or it cannot be read:

@@ -35,14 +35,6 @@ def cannot_share(scenario: Scenario, options: RunOptions, base: str, profile: st
 
     if options.keep_stack:
         return "--keep-stack: the stack is started whole, as the profile says"
-    gateway_faults = [
-        f
-        for p in scenario.phases
-        for f in p.inject
-        if f.kind.startswith("process.") and f.target == "gateway"
-    ]
-    if gateway_faults:
-        return "the drill stops the gateway itself: it must be its profile's own"
     return refusal(load_stack_config(base), load_stack_config(profile))
 
 
@@ -91,5 +83,11 @@ def beside(
             gateway=url, toxiproxy=endpoints.toxiproxy, hop=endpoints.hop, metrics=metrics
         )
         yield dataclasses.replace(
-            options, profile=None, attach=attach, state_dir=state_dir, stack_config=profile
+            options,
+            profile=None,
+            attach=attach,
+            state_dir=state_dir,
+            stack_config=profile,
+            # Its own supervisor runs it (and restarts it when a drill kills it).
+            component_states={**options.component_states, "gateway": workdir},
         )

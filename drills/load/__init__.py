@@ -93,9 +93,15 @@ class LoadProcess:
             "min_tokens": self.load.max_tokens if self.load.pin_length else None,
             "stream": self.load.stream,
             "wait": self.load.wait,
+            "wait_jitter": self.load.wait_jitter,
             "timeout": self.load.timeout,
             "model": self.load.model,
             "endpoint": self.load.endpoint,
+            "resume": (
+                {"attempts": self.load.resume.attempts, "after": self.load.resume.after}
+                if self.load.resume
+                else None
+            ),
             "client": self.load.client,
             "fallback": self._fallback(),
             "route_header": self.adapter.route,

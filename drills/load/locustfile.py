@@ -210,19 +210,45 @@ class Sender:
             self.json_path(CONFIG["endpoint"], lag)
 
     def json_path(self, endpoint: str, lag: float | None) -> None:
-        """A RAG question or an agent task: one JSON answer, timed whole."""
-        messages = random.choice(CONFIG["prompts"])
+        """A RAG question or an agent task. An agent task that did not finish is sent again
+        with its ``task_id`` when the load resumes tasks (``load.resume``)."""
+        index = random.randrange(len(CONFIG["prompts"]))
+        messages = CONFIG["prompts"][index]
         prompt = next(
             (m["content"] for m in reversed(messages) if m.get("role") == "user"),
             messages[-1]["content"],
         )
-        path, key = (
-            ("/v1/rag/answer", "question") if endpoint == "rag" else ("/v1/agent/run", "task")
-        )
-        body = {key: prompt}
+        if endpoint == "rag":
+            self.json_send("/v1/rag/answer", endpoint, {"question": prompt}, index, lag)
+            return
+        resume = CONFIG.get("resume")
+        if not resume:
+            self.json_send("/v1/agent/run", endpoint, {"task": prompt}, index, lag)
+            return
+        task = {"task": prompt, "task_id": secrets.token_hex(8)}
+        for attempt in range(1, int(resume["attempts"]) + 2):
+            record = self.json_send(
+                "/v1/agent/run", endpoint, task, index, lag if attempt == 1 else None, attempt
+            )
+            finished = not record["error"] and record["agent_status"] in ("done", "step_limit")
+            if finished or attempt > int(resume["attempts"]) or STOPPING.is_set():
+                return
+            gevent.sleep(float(resume["after"]))
+
+    def json_send(
+        self,
+        path: str,
+        endpoint: str,
+        body: dict[str, Any],
+        prompt: int,
+        lag: float | None,
+        attempt: int | None = None,
+    ) -> dict[str, Any]:
+        """One JSON request, timed whole; its record (written)."""
         trace_id = secrets.token_hex(16)
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
         record = _new_record(trace_id, endpoint, lag)
+        record.update(prompt=prompt, task_id=body.get("task_id"), attempt=attempt)
         started = time.perf_counter()
         try:
             response = self.post(path, body, headers, stream=False)
@@ -246,6 +272,8 @@ class Sender:
                 record["agent_status"] = payload.get("status")
                 record["context_ids"] = [c.get("id") for c in payload.get("context") or ()]
                 record["fallback"] = _is_fallback(response.headers, text)
+                if isinstance(payload.get("resumed_from"), int):
+                    record["resumed_from"] = payload["resumed_from"]
             elif record["error"] is None:
                 record["error"] = f"malformed answer: not an object ({response.content[:80]!r})"
         except Exception as exc:  # any failure is this request's record, never a lost line
@@ -263,6 +291,7 @@ class Sender:
             exception=RuntimeError(record["error"]) if record["error"] else None,
             context={},
         )
+        return record
 
     def chat(self, lag: float | None) -> None:
         messages = random.choice(CONFIG["prompts"])
@@ -469,7 +498,7 @@ class LLMUser(User):
     abstract = OPEN_LOOP and not IS_WORKER
 
     def wait_time(self) -> float:
-        return float(CONFIG["wait"])
+        return float(CONFIG["wait"]) + random.uniform(0, float(CONFIG.get("wait_jitter") or 0))
 
     def on_start(self) -> None:
         CONFIGURED.wait(30)

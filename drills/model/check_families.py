@@ -160,6 +160,10 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("breaker_opens", "breaker", "count", needs_target=True),
     _builtin("retrieval_recall", "rag", "share"),
     _builtin("retry_amplification", "tools", "count", needs_target=True),
+    _builtin("tasks_unfinished", "agent", "count"),
+    _builtin("tasks_resumed", "agent", "count"),
+    _builtin("tasks_duplicate_effects", "agent", "count"),
+    _builtin("tasks_answer_changed", "agent", "count"),
 )
 """Every built-in check family, in one place."""
 

@@ -53,6 +53,14 @@ class Record(BaseModel):
     missing_context: bool | None = None
     """RAG answers: the answer declared it had no retrieved context."""
     agent_status: str | None = None
+    task_id: str | None = None
+    """Agent tasks the load resumes (``load.resume``): the task this send belongs to."""
+    attempt: int | None = None
+    """Agent tasks the load resumes: which send of its task this was (1: the first)."""
+    prompt: int | None = None
+    """RAG and agent requests: which of the load's prompts it sent (its index)."""
+    resumed_from: int | None = None
+    """Agent answers: the steps the gateway says were done before this send (its claim)."""
     context_ids: list[str | None] | None = None
     phase: str | None = None
     """The phase the request counts in (``drills.model.windows``: the one it was sent in,

@@ -60,6 +60,7 @@ __all__ = [
     "FaultSpec",
     "LoadConfig",
     "Phase",
+    "ResumePolicy",
     "Scenario",
     "Twin",
     "TwinKubernetes",
@@ -504,6 +505,16 @@ def _field_error(field: str, message: str, value: Any) -> ValidationError:
     )
 
 
+class ResumePolicy(_Model):
+    """How the load resumes an agent task that did not finish: sent again with its
+    ``task_id``, as a client (or a job runner) of an agent with checkpoints does."""
+
+    attempts: int = Field(default=10, ge=1, le=100)
+    """Sends after the first, at most, before the task is given up (unfinished)."""
+    after: Duration = Field(default=1.0, ge=0)
+    """The pause before each resend."""
+
+
 class LoadConfig(_Model):
     """The load: closed loop (``users``, each sending its next request once its last answer
     came) or open loop (``rate``, requests sent on a schedule whether earlier answers came or
@@ -551,6 +562,10 @@ class LoadConfig(_Model):
     wait: Duration = 1.0
     """Think time between one user's requests. Without it a user fires its next request the
     moment a fast fallback arrives, and the drill measures a flood instead of users."""
+    wait_jitter: Duration = Field(default=0.0, ge=0)
+    """A random extra think time, 0 to this, drawn for each wait: users started together
+    otherwise run in step, and a fault at one instant meets all of them at the same point of
+    their requests."""
     warmup: Duration = 10.0
     """Load runs this long before the first phase starts; its requests count in no window."""
     timeout: Duration = 60.0
@@ -559,6 +574,10 @@ class LoadConfig(_Model):
     endpoint: Literal["chat", "rag", "agent"] = "chat"
     """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
     questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks)."""
+    resume: ResumePolicy | None = None
+    """Agent tasks: send a task that did not finish (an error, no answer, a status other than
+    ``done``) again with its ``task_id`` until it does (``tasks_*`` checks); ``None``: each
+    task is sent once."""
     client: Literal["requests", "geventhttpclient"] = "geventhttpclient"
     """The HTTP client each load process sends with: ``requests`` (urllib3), or
     ``geventhttpclient`` (its C parser; fewer CPU cycles per request, for more streams per
@@ -570,6 +589,13 @@ class LoadConfig(_Model):
 
     @model_validator(mode="after")
     def _one_loop(self) -> LoadConfig:
+        if self.resume is not None and self.endpoint != "agent":
+            raise _field_error(
+                "resume",
+                "resuming is for agent tasks (a task_id to send again): set endpoint: agent, "
+                "or leave 'resume' out",
+                self.resume.model_dump(mode="json"),
+            )
         if (self.users is None) == (self.rate is None):
             raise ValueError(
                 "the load is closed loop ('users': N users waiting for their answers) or open "

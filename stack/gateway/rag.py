@@ -261,15 +261,16 @@ class Step:
 
 
 def plan_steps(task: str) -> list[str]:
-    """The tools a task needs, in order: the knowledge base first; the report tables when the
-    task asks about incidents or past drills; a message last when it asks to tell someone."""
+    """The tools a task needs, in order: the knowledge base first; then the report tables
+    (when the task asks about incidents or past drills) and a message (when it asks to tell
+    someone), in the order the task names them."""
     lowered = task.lower()
-    steps = ["search_kb"]
-    if re.search(r"incident|report|history|past drill|table", lowered):
-        steps.append("read_report_table")
-    if re.search(r"notify|send|message|tell|page ", lowered):
-        steps.append("send_message")
-    return steps
+    cues = {
+        "read_report_table": re.search(r"incident|report|history|past drill|table", lowered),
+        "send_message": re.search(r"notify|send|message|tell|page ", lowered),
+    }
+    named = sorted((m.start(), tool) for tool, m in cues.items() if m is not None)
+    return ["search_kb", *(tool for _, tool in named)]
 
 
 @dataclass
@@ -306,12 +307,14 @@ class AgentPath:
 
     def _load(self, task_id: str, task: str) -> tuple[Checkpoint, bool]:
         path = self.dir / f"{task_id}.json"
-        if path.exists():
+        if self.policy.checkpoints and path.exists():
             data = json.loads(path.read_text())
             return Checkpoint(task_id, data["task"], data["steps"], data["status"]), True
         return Checkpoint(task_id, task), False
 
     def _save(self, checkpoint: Checkpoint) -> None:
+        if not self.policy.checkpoints:
+            return
         write_json(self.dir / f"{checkpoint.task_id}.json", checkpoint.as_json())
 
     async def _call_tool(
@@ -349,7 +352,9 @@ class AgentPath:
         return {
             "to": "oncall",
             "text": f"Agent task {checkpoint.task_id}: {self._summary(checkpoint)}"[:1000],
-            "idempotency_key": f"{checkpoint.task_id}:{index}",
+            "idempotency_key": (
+                f"{checkpoint.task_id}:{index}" if self.policy.stable_keys else uuid.uuid4().hex
+            ),
         }
 
     @staticmethod
