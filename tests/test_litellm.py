@@ -86,15 +86,22 @@ def checks(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["label"]: c for c in journal["checks"]}
 
 
-def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails(
-    litellm: Callable[[str], str], stack: RunningStack, tmp_path: Path
+def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails_on_it(
+    stack: RunningStack, tmp_path: Path
 ) -> None:
-    code, journal, stderr = drill("stream-cut", stack, tmp_path, litellm("sound"))
-    assert code == 1, stderr
+    """The drill's twin: `--twin` starts LiteLLM with stack/litellm/sound.yaml in place of the
+    embedded gateway, and the drill must fail on it for its completeness check alone."""
+    state = ("--state-dir", str(stack.state_dir))
+    code, journal, stderr = drill(
+        "stream-cut", stack, tmp_path, stack.gateway_url, "drills", *state, "--twin"
+    )
+    assert code == 0, stderr
+    twin = journal["twin"]
+    assert twin["held"] and twin["failed"] == ["truncated_rate during fault"], twin
+    assert journal["stack"]["adapter"] == "litellm"
     results = checks(journal)
     cut = results["truncated_rate during fault"]
     assert not cut["passed"] and cut["observed"] > 0.5, cut
-    assert results["error_rate during baseline"]["passed"]
     fault = journal["phases"][1]
     in_fault = [r for r in journal["records"] if r["phase"] == "fault"]
     # What the client got: HTTP 200, a finish_reason and [DONE] LiteLLM made up, and too few tokens.
@@ -107,9 +114,10 @@ def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails(
         if fault["start"] <= h["arrived_at"] < fault["end"] and h["fault_kind"] == "hop.cut"
     ]
     assert cuts and all(not h["done"] and h["chunks"] == 2 for h in cuts)
+    assert processes_naming(tmp_path / "runs") == [], "the twin's LiteLLM outlived its run"
 
 
-def test_the_twin_on_the_embedded_gateway_reports_the_cut_and_passes(
+def test_the_drill_passes_on_the_embedded_gateway_which_reports_the_cut(
     stack: RunningStack, tmp_path: Path
 ) -> None:
     code, journal, stderr = drill("stream-cut", stack, tmp_path, stack.gateway_url, "drills")

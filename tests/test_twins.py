@@ -25,9 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 LATENCY = SCENARIOS / "inference-latency.yaml"
 # Every shipped drill that can fail on this machine declares a twin (gpu-pod-loss-k8s's is run on
-# the KWOK cluster by tests/test_kubernetes_faults.py). Not here: gpu-memory-pressure (needs a
-# GPU) and litellm/stream-cut (it fails on LiteLLM itself; the embedded gateway is the run on
-# which it passes).
+# the KWOK cluster by tests/test_kubernetes_faults.py). Not here: gpu-memory-pressure (it needs
+# a GPU, and none has been lent to run a twin of it on).
 WITH_TWINS = [
     "inference-latency.yaml",
     "gpu-pod-loss.yaml",
@@ -41,6 +40,7 @@ WITH_TWINS = [
     "agent-resume.yaml",
     "litellm/latency-one-replica.yaml",
     "litellm/replica-killed.yaml",
+    "litellm/stream-cut.yaml",
 ]
 
 

@@ -211,7 +211,10 @@ def _litellm(
     assert own is not None  # validated: a LiteLLM twin belongs to an attached drill
     host = httpx.URL(own.gateway).host or "127.0.0.1"
     with running(config, work, host) as url:
-        attach = own.model_copy(update={"gateway": url})
+        # LiteLLM reports on itself as LiteLLM does: the drill's adapter when it is one for
+        # LiteLLM (the drill attaches to a LiteLLM of the user's), else the built-in one.
+        adapter = own.adapter if own.adapter != "drills" else "litellm"
+        attach = own.model_copy(update={"gateway": url, "adapter": adapter})
         yield (
             dataclasses.replace(options, attach=attach, state_dir=state_dir),
             f"LiteLLM proxy started with {path} at {url}, in place of {own.gateway}",
