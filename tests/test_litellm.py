@@ -86,19 +86,32 @@ def checks(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["label"]: c for c in journal["checks"]}
 
 
+def twin_run(
+    name: str, stack: RunningStack, tmp_path: Path, adapter: str, must_fail: list[str]
+) -> dict[str, Any]:
+    """`drills run scenarios/litellm/NAME.yaml --twin`: the harness starts LiteLLM with the
+    twin's policy (the deployments from the stack's state) in place of the drill's gateway and
+    stops it after. The twin held, exactly ``must_fail`` failed, and LiteLLM is gone; its
+    journal."""
+    state = ("--state-dir", str(stack.state_dir))
+    code, journal, stderr = drill(
+        name, stack, tmp_path, stack.gateway_url, adapter, *state, "--twin"
+    )
+    assert code == 0, stderr
+    twin = journal["twin"]
+    assert twin["held"] and twin["failed"] == must_fail, twin
+    assert twin["stack"].startswith("LiteLLM proxy started with "), twin["stack"]
+    assert journal["stack"]["adapter"] == "litellm"
+    assert processes_naming(tmp_path / "runs") == [], "the twin's LiteLLM outlived its run"
+    return journal
+
+
 def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails_on_it(
     stack: RunningStack, tmp_path: Path
 ) -> None:
     """The drill's twin: `--twin` starts LiteLLM with stack/litellm/sound.yaml in place of the
     embedded gateway, and the drill must fail on it for its completeness check alone."""
-    state = ("--state-dir", str(stack.state_dir))
-    code, journal, stderr = drill(
-        "stream-cut", stack, tmp_path, stack.gateway_url, "drills", *state, "--twin"
-    )
-    assert code == 0, stderr
-    twin = journal["twin"]
-    assert twin["held"] and twin["failed"] == ["truncated_rate during fault"], twin
-    assert journal["stack"]["adapter"] == "litellm"
+    journal = twin_run("stream-cut", stack, tmp_path, "drills", ["truncated_rate during fault"])
     results = checks(journal)
     cut = results["truncated_rate during fault"]
     assert not cut["passed"] and cut["observed"] > 0.5, cut
@@ -114,7 +127,6 @@ def test_litellm_dresses_a_cut_stream_up_as_complete_and_the_drill_fails_on_it(
         if fault["start"] <= h["arrived_at"] < fault["end"] and h["fault_kind"] == "hop.cut"
     ]
     assert cuts and all(not h["done"] and h["chunks"] == 2 for h in cuts)
-    assert processes_naming(tmp_path / "runs") == [], "the twin's LiteLLM outlived its run"
 
 
 def test_the_drill_passes_on_the_embedded_gateway_which_reports_the_cut(
@@ -141,17 +153,10 @@ def test_one_slow_replica_is_routed_around_and_seen_cooled_down(
 def test_the_unsound_twin_keeps_sending_to_the_slow_replica_and_fails(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    # `--twin`: the harness starts LiteLLM with stack/litellm/unsound.yaml itself (the
-    # deployments from the stack's state), in place of the drill's gateway, and stops it after.
-    state = ("--state-dir", str(stack.state_dir))
-    code, journal, stderr = drill(
-        "latency-one-replica", stack, tmp_path, stack.gateway_url, "litellm", *state, "--twin"
+    # LiteLLM with stack/litellm/unsound.yaml, started by the harness.
+    journal = twin_run(
+        "latency-one-replica", stack, tmp_path, "litellm", ["breaker_opened_within vllm-0"]
     )
-    assert code == 0, stderr
-    twin = journal["twin"]
-    assert twin["held"] and twin["failed"] == ["breaker_opened_within vllm-0"], twin
-    assert twin["stack"].startswith("LiteLLM proxy started with "), twin["stack"]
-    assert journal["stack"]["adapter"] == "litellm"
     results = checks(journal)
     opened = results["breaker_opened_within vllm-0"]
     assert "never stopped sending to vllm-0" in opened["reason"], opened
@@ -161,7 +166,6 @@ def test_the_unsound_twin_keeps_sending_to_the_slow_replica_and_fails(
         (tmp_path / "runs" / "twin-litellm-unsound" / "config.yaml").read_text()
     )
     assert [m["model_info"]["id"] for m in config["model_list"]] == ["vllm-0", "vllm-1"]
-    assert processes_naming(tmp_path / "runs") == [], "the twin's LiteLLM outlived its run"
 
 
 def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
