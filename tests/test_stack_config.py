@@ -104,7 +104,7 @@ def test_unknown_profile_lists_the_shipped_ones() -> None:
         load_stack_config("nosuch")
     assert (
         "shipped profiles: canary, canary-long, engine-queueing, sound, sound-docker, unsound, "
-        "unsound-single" in str(info.value)
+        "unsound-agent, unsound-single" in str(info.value)
     )
 
 
