@@ -253,32 +253,31 @@ def gateway_factory(stack: RunningStack) -> Iterator[Callable[..., LiveGateway]]
         thread.join(timeout=10)
 
 
-def run_on_stack(
-    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
+def run_drill(
+    scenario: Path, tmp_path: Path, *extra: str, timeout: float = 600
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    """`drills run SCENARIO EXTRA...` on the session's stack (its profile, its state
-    directory); the journals it wrote."""
+    """`drills run SCENARIO EXTRA... --out TMP/runs` in a child process with its own ledger and
+    registry; the journals it wrote."""
     result = subprocess.run(
-        drills_cli(
-            "run",
-            str(scenario),
-            *extra,
-            "--profile",
-            str(stack.config_path),
-            "--state-dir",
-            str(stack.state_dir),
-            "--out",
-            str(tmp_path / "runs"),
-        ),
+        drills_cli("run", str(scenario), *extra, "--out", str(tmp_path / "runs")),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         env=isolated_env(tmp_path),
     )
     journals = [
         json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/journal.json"))
     ]
     return result, journals
+
+
+def run_on_stack(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """`drills run SCENARIO EXTRA...` on the session's stack (its profile, its state
+    directory); the journals it wrote."""
+    on_stack = ("--profile", str(stack.config_path), "--state-dir", str(stack.state_dir))
+    return run_drill(scenario, tmp_path, *extra, *on_stack)
 
 
 def run_twin(

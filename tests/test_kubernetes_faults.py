@@ -25,7 +25,7 @@ from drills.common.errors import (
 from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
-from tests.conftest import drills_cli, isolated_env
+from tests.conftest import drills_cli, isolated_env, run_drill
 from tests.helpers import anchored
 from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, TWIN_MANIFEST, Kube
 
@@ -460,26 +460,8 @@ def test_the_drill_fails_on_its_twin_where_nothing_replaces_the_pod(
         )
         path = tmp_path / "drill.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        result = subprocess.run(
-            drills_cli(
-                "run",
-                str(path),
-                "--twin",
-                "llm-twin",
-                "--gateway",
-                stack.gateway_url,  # type: ignore[attr-defined]
-                "--toxiproxy",
-                stack.toxiproxy_url,  # type: ignore[attr-defined]
-                "--out",
-                str(tmp_path / "runs"),
-            ),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=isolated_env(tmp_path),
-        )
-        (journal_path,) = sorted((tmp_path / "runs").glob("*/journal.json"))
-        journal = json.loads(journal_path.read_text())
+        attach = ("--gateway", stack.gateway_url, "--toxiproxy", stack.toxiproxy_url)  # type: ignore[attr-defined]
+        result, (journal,) = run_drill(path, tmp_path, "--twin", "llm-twin", *attach, timeout=300)
         twin = journal["twin"]
         assert result.returncode == 0 and twin["held"], (result.stdout[-3000:], twin)
         assert twin["failed"] == ["replacement_ready_within app=vllm,replica=vllm-0"]

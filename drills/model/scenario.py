@@ -1150,22 +1150,18 @@ class Scenario(_Model):
         scope = self.kubernetes
         if scope is None:  # reported on the faults themselves
             return
-        if where.namespace is not None and where.namespace not in scope.allowed_namespaces:
-            yield (
-                (*loc, "namespace"),
-                "not in the drill's kubernetes.allowed_namespaces ("
-                + ", ".join(scope.allowed_namespaces)
-                + "): list the twin's namespace there too",
-                where.namespace,
-            )
-        if where.context is not None and where.context not in scope.allowed_contexts:
-            yield (
-                (*loc, "context"),
-                "not in the drill's kubernetes.allowed_contexts ("
-                + ", ".join(scope.allowed_contexts)
-                + "): list the twin's context there too",
-                where.context,
-            )
+        for field, allowed in (
+            ("namespace", scope.allowed_namespaces),
+            ("context", scope.allowed_contexts),
+        ):
+            value = getattr(where, field)
+            if value is not None and value not in allowed:
+                yield (
+                    (*loc, field),
+                    f"not in the drill's kubernetes.allowed_{field}s ({', '.join(allowed)}): "
+                    f"list the twin's {field} there too",
+                    value,
+                )
 
     def _twin_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Twins name checks the drill has, once each, and hops its faults target."""
