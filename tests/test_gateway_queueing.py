@@ -1,5 +1,5 @@
 """The gateway-queueing drill on the real stack: `drills gate --twins
-scenarios/gateway-queueing.yaml` on the session's stack. A spike of 16 users against 8 engine
+scenarios/gateway-queueing.yaml` on the session's stack. A spike of 12 users against 8 engine
 slots: on the sound profile the excess waits in the gateway's bounded queue and each engine's
 own queue (vllm:num_requests_waiting, scraped from the engine) stays empty; on its twin,
 engine-queueing (admission wide open, its gateway run beside the same engines), the engines'
