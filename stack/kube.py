@@ -101,6 +101,11 @@ def _kubernetes_replaces(go: str, env: dict[str, str]) -> tuple[list[str], str |
     return sorted(set(replaces)), godebug
 
 
+def kube_binaries_built() -> bool:
+    """Whether ``ensure_kube_binaries`` would return at once (the build is in the cache)."""
+    return (cache_root() / "kube" / _key() / MARKER).exists()
+
+
 def ensure_kube_binaries() -> KubeBinaries:
     """Build (once) and return the control plane's binaries."""
     # Long on purpose: The build recipe in one place, step by step as KUBERNETES.md describes it
