@@ -345,6 +345,48 @@ def _lint_paths(config: Any, add: Any) -> None:
                 "shorten the hop timeouts (near the hop's p99) or raise request",
             )
     _lint_agent_resume(agent, add)
+    _lint_orchestrator(gw.orchestrator, add)
+
+
+def _lint_orchestrator(orchestrator: Any, add: Any) -> None:
+    """No task of the orchestrator waits or runs without end: a slot held by a wait that never
+    ends is lost, and when every slot is, the orchestrator serves nothing."""
+    base = ("gateway", "orchestrator")
+    if orchestrator.wait_limit is None:
+        add(
+            "error",
+            "orchestrator-wait-limit",
+            (*base, "wait_limit"),
+            "tasks wait for their dependencies without a limit, holding their worker slots: a "
+            "stalled dependency (or two tasks waiting on each other) freezes the orchestrator",
+            "set wait_limit (2s): past it the task answers its fallback and frees its slot",
+        )
+    if orchestrator.task_timeout is None:
+        add(
+            "error",
+            "orchestrator-task-timeout",
+            (*base, "task_timeout"),
+            "tasks run without a time limit: a hung tool call holds its worker slot for good",
+            "set task_timeout (5s)",
+        )
+    elif (orchestrator.wait_limit or 0) > orchestrator.task_timeout:
+        add(
+            "warning",
+            "orchestrator-wait-within-task",
+            (*base, "wait_limit"),
+            f"wait_limit ({_d(orchestrator.wait_limit)}) is longer than task_timeout "
+            f"({_d(orchestrator.task_timeout)}): a waiting task is stopped before its own "
+            "fallback can answer",
+            "keep wait_limit below task_timeout",
+        )
+    if not orchestrator.cancel_orphans:
+        add(
+            "warning",
+            "orchestrator-orphans",
+            (*base, "cancel_orphans"),
+            "a task nobody waits for any more keeps its slot until it ends",
+            "set cancel_orphans: true",
+        )
 
 
 def _lint_agent_resume(agent: Any, add: Any) -> None:

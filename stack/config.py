@@ -347,6 +347,28 @@ class AgentPolicy(_Model):
     (unsound): a fresh key per call, as an agent without step identity makes one."""
 
 
+class OrchestratorPolicy(_Model):
+    """The gateway's orchestrator (``POST /v1/workflow/run``): a pool of agent workers fed by a
+    priority task queue with dependencies (``stack.gateway.orchestrator``)."""
+
+    workers: int = Field(default=4, ge=1, le=256)
+    """Agent slots. A task that waits for another holds its slot while it waits."""
+    max_queue: int = Field(default=64, ge=0)
+    """Workflows queued past this are refused (429); subtasks are never refused."""
+    wait_limit: Duration | None = 2.0
+    """The longest a task waits for a dependency; past it, the task answers its fallback.
+    ``null`` (unsound): waits without end, and a stalled dependency holds every slot that
+    waits for it."""
+    task_timeout: Duration | None = 5.0
+    """The longest a task runs; ``null`` (unsound): a hung task holds its slot for good."""
+    cancel_orphans: bool = True
+    """A task whose every waiter gave up is cancelled, so its slot serves work someone wants."""
+    fallback_text: str = (
+        "The research for this brief did not finish in time; the brief is incomplete. "
+        "Its reference is kept, so the full brief can be asked for later."
+    )
+
+
 class GatewayConfig(_Model):
     port: Port = Field(ge=1, le=65535)
     bind: str | None = None
@@ -365,6 +387,7 @@ class GatewayConfig(_Model):
     """Time kept back from the request timeout so that the fallback text is sent inside it."""
     rag: RagPolicy = Field(default_factory=RagPolicy)
     agent: AgentPolicy = Field(default_factory=AgentPolicy)
+    orchestrator: OrchestratorPolicy = Field(default_factory=OrchestratorPolicy)
     canary: CanaryPolicy | None = None
     """``null``: no canary route (every request to the primaries)."""
 

@@ -87,6 +87,10 @@ def test_each_rule_fires_alone(tmp_path: Path) -> None:
         "queue-at-gateway": {"admission__max_concurrency": 64},
         "agent-checkpoints": {"agent__checkpoints": False},
         "agent-stable-keys": {"agent__stable_keys": False},
+        "orchestrator-wait-limit": {"orchestrator__wait_limit": None},
+        "orchestrator-task-timeout": {"orchestrator__task_timeout": None},
+        "orchestrator-wait-within-task": {"orchestrator__wait_limit": "6s"},
+        "orchestrator-orphans": {"orchestrator__cancel_orphans": False},
     }
     for rule, change in cases.items():
         found = rules(lint_stack(_variant(tmp_path, **change)))
@@ -101,6 +105,15 @@ def test_the_unsound_agent_profile_is_caught_on_its_resume_rules() -> None:
     assert {f.field for f in findings} == {
         "gateway.agent.checkpoints",
         "gateway.agent.stable_keys",
+    }
+
+
+def test_the_unbounded_waits_profile_is_caught_on_its_orchestrator_rules() -> None:
+    findings = lint_stack("unbounded-waits")
+    assert rules(findings) == {
+        "orchestrator-wait-limit": "error",
+        "orchestrator-task-timeout": "error",
+        "orchestrator-orphans": "warning",
     }
 
 

@@ -364,3 +364,32 @@ def test_validate_names_a_file_of_no_kind_and_the_kinds_there_are(tmp_path: Path
         f"{both}:1 this file is more than one kind at once (drill, game-day plan)" in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+WORKFLOWS = (ROOT / "scenarios" / "multi-agent-wait.yaml").read_text()
+
+
+def test_workflow_kinds_on_another_endpoint_are_refused(tmp_path: Path) -> None:
+    text = WORKFLOWS.replace("  endpoint: workflow\n", "  endpoint: rag\n")
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert f":{line_of(text, 'workflows: {brief')} load.workflows:" in problem
+    assert "workflow kinds are for the workflow endpoint: set endpoint: workflow" in problem
+
+
+def test_an_answer_rate_abort_takes_below_only(tmp_path: Path) -> None:
+    text = WORKFLOWS.replace(
+        "{check: answer_rate, below: 0.2, for: 10s}", "{check: answer_rate, above: 0.2, for: 10s}"
+    )
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert f":{line_of(text, 'check: answer_rate')} abort_when[0]:" in problem
+    assert "give 'below' only" in problem
+
+
+def test_a_workflow_check_naming_an_unknown_kind_is_refused(tmp_path: Path) -> None:
+    text = WORKFLOWS.replace("workflow: lookup, during: fault", "workflow: search, during: fault")
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert f":{line_of(text, 'workflow: search')} expect[4].workflow:" in problem
+    assert "'brief'" in problem and "'lookup'" in problem and "(got 'search')" in problem

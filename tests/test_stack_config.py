@@ -103,8 +103,8 @@ def test_unknown_profile_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigError) as info:
         load_stack_config("nosuch")
     assert (
-        "shipped profiles: canary, canary-long, engine-queueing, sound, sound-docker, unsound, "
-        "unsound-agent, unsound-single" in str(info.value)
+        "shipped profiles: canary, canary-long, engine-queueing, sound, sound-docker, "
+        "unbounded-waits, unsound, unsound-agent, unsound-single" in str(info.value)
     )
 
 

@@ -38,6 +38,7 @@ WITH_TWINS = [
     "canary.yaml",
     "gateway-queueing.yaml",
     "agent-resume.yaml",
+    "multi-agent-wait.yaml",
     "litellm/latency-one-replica.yaml",
     "litellm/replica-killed.yaml",
     "litellm/stream-cut.yaml",
@@ -233,6 +234,36 @@ def test_a_twin_holds_only_when_exactly_the_named_checks_fail() -> None:
     # What the journal keeps reads back the same.
     again = type(unnamed).model_validate(unnamed.model_dump(mode="json"))
     assert again == unnamed and not again.held
+
+
+def test_a_twin_that_must_be_aborted_holds_only_when_its_abort_condition_stopped_it() -> None:
+    twin = Twin(profile="unbounded-waits", must_fail=["a", "b"], aborts="answer_rate")
+    checks = [result(label, label not in {"a", "b"}) for label in ("a", "b", "c")]
+    plan = TwinPlan(twin, "test")
+    stalled = {"cause": "abort_condition", "check": "answer_rate", "observed": 0.0}
+    held = twin_outcome(plan, checks, RunStatus.ABORTED, stalled)
+    assert held.held and "held: aborted by answer_rate and failed as declared: a, b" in (
+        held.summary()
+    )
+    # Completed (the freeze never came), or stopped by another condition: not held.
+    completed = twin_outcome(plan, checks, RunStatus.COMPLETED)
+    assert not completed.held
+    assert "its answer_rate abort condition must stop the run on it, and the run was completed" in (
+        completed.summary()
+    )
+    errors = {"cause": "abort_condition", "check": "error_rate", "observed": 0.9}
+    other = twin_outcome(plan, checks, RunStatus.ABORTED, errors)
+    assert not other.held and "the run was aborted by error_rate" in other.summary()
+    again = type(held).model_validate(held.model_dump(mode="json"))
+    assert again == held and again.held
+
+
+def test_a_twin_abort_the_drill_does_not_have_is_refused_with_its_line(tmp_path: Path) -> None:
+    path, text = copy_with_twins(tmp_path, [{**UNSOUND, "aborts": "answer_rate"}])
+    [problem] = problems(load_scenario, path)
+    assert problem.startswith(f"{path}:{line_of(text, 'aborts: answer_rate')} twins[0].aborts:")
+    assert "the drill has no abort condition of that check" in problem
+    assert "(got 'answer_rate')" in problem
 
 
 def test_faults_on_absent_hops_are_not_applied_on_the_twin() -> None:

@@ -78,6 +78,7 @@ from drills.model.journal import (
 )
 from drills.model.records import Record
 from drills.model.scenario import (
+    AbortCondition,
     Attach,
     Scenario,
     check_adapter_hops,
@@ -636,7 +637,7 @@ class Runner:
             retrieval=self.retrieval_status,
             checks=results,
             load=delivered,
-            twin=self._twin(results, status),
+            twin=self._twin(results, status, outcome.abort),
             run_dir=str(run_dir),
         )
         # What is written and what is returned are the same, secrets masked in both.
@@ -666,12 +667,14 @@ class Runner:
             self._say(f"the load fell short: {delivered.short}", "warning")
         return delivered
 
-    def _twin(self, results: list[CheckResult], status: RunStatus) -> TwinOutcome | None:
+    def _twin(
+        self, results: list[CheckResult], status: RunStatus, aborted: dict[str, Any] | None
+    ) -> TwinOutcome | None:
         if self.options.twin is None:
             return None
         from drills.engine.twins import twin_outcome
 
-        return twin_outcome(self.options.twin, results, status)
+        return twin_outcome(self.options.twin, results, status, aborted)
 
     def _evaluation(
         self,
@@ -941,9 +944,40 @@ class Runner:
             f"requests {len(live)}  errors {errors}  fallbacks {fallbacks}"
         )
 
+    def _stalled(
+        self, condition: AbortCondition, live: list[Record], now: float
+    ) -> dict[str, Any] | None:
+        """``answer_rate``: answers (any status but none) that came in the last ``for``, per
+        second; judged once the phases have run that long, so the warm-up's ramp is not a
+        stall."""
+        assert condition.below is not None  # validated
+        if now - self.t0 < condition.for_:
+            return None
+        since = now - condition.for_
+        answered = sum(
+            1 for r in live if r.status != 0 and r.e2e is not None and r.start + r.e2e >= since
+        )
+        rate = answered / condition.for_
+        if rate >= condition.below:
+            return None
+        return {
+            "cause": "abort_condition",
+            "check": condition.check,
+            "observed": round(rate, 3),
+            "below": condition.below,
+            "for": condition.for_,
+            "reason": f"{answered} answers in the last {condition.for_:g}s: the stack stopped "
+            "answering",
+        }
+
     def _check_abort(self, live: list[Record]) -> dict[str, Any] | None:
         now = time.time()
         for condition in self.scenario.abort_when:
+            if condition.check == "answer_rate":
+                stalled = self._stalled(condition, live, now)
+                if stalled is not None:
+                    return stalled
+                continue
             window = [r for r in live if r.start >= now - condition.for_]
             if len(window) < condition.min_requests:
                 continue
@@ -951,6 +985,7 @@ class Runner:
                 rate = sum(is_error(r) for r in window) / len(window)
             else:
                 rate = sum(r.fallback for r in window) / len(window)
+            assert condition.above is not None  # validated
             if rate > condition.above:
                 return {
                     "cause": "abort_condition",

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -107,8 +108,14 @@ def without_absent(scenario: Scenario, twin: Twin) -> tuple[Scenario, tuple[str,
     return scenario.model_copy(update={"phases": phases}), tuple(skipped)
 
 
-def twin_outcome(plan: TwinPlan, checks: list[CheckResult], status: RunStatus) -> TwinOutcome:
+def twin_outcome(
+    plan: TwinPlan,
+    checks: list[CheckResult],
+    status: RunStatus,
+    aborted: dict[str, Any] | None = None,
+) -> TwinOutcome:
     twin = plan.twin
+    by = aborted.get("check") if aborted and aborted.get("cause") == "abort_condition" else None
     return TwinOutcome(
         name=twin.key,
         why=twin.why,
@@ -118,6 +125,8 @@ def twin_outcome(plan: TwinPlan, checks: list[CheckResult], status: RunStatus) -
         failed=[c.label for c in checks if not c.passed],
         skipped_faults=list(plan.skipped_faults),
         status=status,
+        aborts=twin.aborts,
+        aborted_by=by,
     )
 
 

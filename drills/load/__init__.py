@@ -97,6 +97,7 @@ class LoadProcess:
             "timeout": self.load.timeout,
             "model": self.load.model,
             "endpoint": self.load.endpoint,
+            "workflows": dict(self.load.workflows or {"brief": 1.0, "lookup": 1.0}),
             "resume": (
                 {"attempts": self.load.resume.attempts, "after": self.load.resume.after}
                 if self.load.resume

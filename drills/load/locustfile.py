@@ -163,6 +163,25 @@ def _unfinished(record: dict[str, Any], started: float) -> None:
     _write(record)
 
 
+def _from_answer(record: dict[str, Any], payload: dict[str, Any], headers: Any) -> None:
+    """What a RAG, agent or workflow answer says, onto its record."""
+    text = str(payload.get("answer") or "")
+    record["text"] = text[:300]
+    record["missing_context"] = bool(payload.get("missing_context"))
+    record["agent_status"] = payload.get("status")
+    record["context_ids"] = [c.get("id") for c in payload.get("context") or ()]
+    record["fallback"] = _is_fallback(headers, text)
+    if isinstance(payload.get("resumed_from"), int):
+        record["resumed_from"] = payload["resumed_from"]
+    waits = [
+        float(t["waited"])
+        for t in payload.get("tasks") or ()
+        if isinstance(t, dict) and isinstance(t.get("waited"), (int, float))
+    ]
+    if waits:
+        record["waited"] = max(waits)
+
+
 class Sender:
     """Sends one request at a time on its own HTTP session (keep-alive) and writes its
     record: a closed-loop user has one, the open-loop arrival user one per request in flight."""
@@ -221,6 +240,12 @@ class Sender:
         if endpoint == "rag":
             self.json_send("/v1/rag/answer", endpoint, {"question": prompt}, index, lag)
             return
+        if endpoint == "workflow":
+            kinds = CONFIG["workflows"]
+            kind = random.choices(list(kinds), weights=list(kinds.values()))[0]
+            body = {"workflow": kind, "question": prompt}
+            self.json_send("/v1/workflow/run", endpoint, body, index, lag)
+            return
         resume = CONFIG.get("resume")
         if not resume:
             self.json_send("/v1/agent/run", endpoint, {"task": prompt}, index, lag)
@@ -249,6 +274,7 @@ class Sender:
         headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
         record = _new_record(trace_id, endpoint, lag)
         record.update(prompt=prompt, task_id=body.get("task_id"), attempt=attempt)
+        record["workflow"] = body.get("workflow")
         started = time.perf_counter()
         try:
             response = self.post(path, body, headers, stream=False)
@@ -266,14 +292,7 @@ class Sender:
                     payload = None
             if isinstance(payload, dict):
                 record["ttft"] = time.perf_counter() - started
-                text = str(payload.get("answer") or "")
-                record["text"] = text[:300]
-                record["missing_context"] = bool(payload.get("missing_context"))
-                record["agent_status"] = payload.get("status")
-                record["context_ids"] = [c.get("id") for c in payload.get("context") or ()]
-                record["fallback"] = _is_fallback(response.headers, text)
-                if isinstance(payload.get("resumed_from"), int):
-                    record["resumed_from"] = payload["resumed_from"]
+                _from_answer(record, payload, response.headers)
             elif record["error"] is None:
                 record["error"] = f"malformed answer: not an object ({response.content[:80]!r})"
         except Exception as exc:  # any failure is this request's record, never a lost line

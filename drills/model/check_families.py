@@ -164,6 +164,9 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("tasks_resumed", "agent", "count"),
     _builtin("tasks_duplicate_effects", "agent", "count"),
     _builtin("tasks_answer_changed", "agent", "count"),
+    _builtin("workflow_wait", "workflow", "duration", only_below=True),
+    _builtin("workflows_served", "workflow", "share"),
+    _builtin("workflow_fallbacks", "workflow", "count"),
 )
 """Every built-in check family, in one place."""
 

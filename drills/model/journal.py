@@ -233,6 +233,17 @@ class TwinOutcome(_Model):
     skipped_faults: list[str] = Field(default_factory=list)
     """Faults not applied: their target is one the twin's stack does not have (``absent``)."""
     status: RunStatus = RunStatus.COMPLETED
+    aborts: str | None = None
+    """The abort condition that must stop the run on the twin (``Twin.aborts``)."""
+    aborted_by: str | None = None
+    """The abort condition that did stop it, if one did."""
+
+    @property
+    def ended_as_declared(self) -> bool:
+        """Completed, or stopped by the abort condition the twin declares (and no other)."""
+        if self.aborts is None:
+            return self.status is RunStatus.COMPLETED
+        return self.status is RunStatus.ABORTED and self.aborted_by == self.aborts
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -249,7 +260,7 @@ class TwinOutcome(_Model):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def held(self) -> bool:
-        return self.status is RunStatus.COMPLETED and not self.missed and not self.unnamed
+        return self.ended_as_declared and not self.missed and not self.unnamed
 
     @property
     def cannot_tell(self) -> bool:
@@ -258,7 +269,13 @@ class TwinOutcome(_Model):
 
     def summary(self) -> str:
         """One line for a person."""
-        if self.status is not RunStatus.COMPLETED:
+        if self.aborts is not None and not self.ended_as_declared:
+            by = f" by {self.aborted_by}" if self.aborted_by else ""
+            return (
+                f"twin {self.name}: NOT HELD: its {self.aborts} abort condition must stop the "
+                f"run on it, and the run was {self.status.value}{by}"
+            )
+        if not self.ended_as_declared:
             return (
                 f"twin {self.name}: NOT HELD: the run on the twin was {self.status.value}, so "
                 "what it catches is not known"
@@ -275,7 +292,8 @@ class TwinOutcome(_Model):
             parts.append("failed and not named by the twin: " + ", ".join(self.unnamed))
         if parts:
             return f"twin {self.name}: NOT HELD: " + "; ".join(parts)
-        return f"twin {self.name}: held: failed as declared: " + ", ".join(self.failed)
+        stopped = f"aborted by {self.aborts} and " if self.aborts else ""
+        return f"twin {self.name}: held: {stopped}failed as declared: " + ", ".join(self.failed)
 
     @model_validator(mode="before")
     @classmethod

@@ -61,6 +61,11 @@ class Record(BaseModel):
     """RAG and agent requests: which of the load's prompts it sent (its index)."""
     resumed_from: int | None = None
     """Agent answers: the steps the gateway says were done before this send (its claim)."""
+    workflow: str | None = None
+    """Workflow requests (``endpoint: workflow``): the kind sent (``brief``, ``lookup``)."""
+    waited: float | None = None
+    """Workflow answers: the longest any of its tasks waited for a dependency, from the answer
+    (the orchestrator's account of each wait); the client's own view is ``e2e``."""
     context_ids: list[str | None] | None = None
     phase: str | None = None
     """The phase the request counts in (``drills.model.windows``: the one it was sent in,

@@ -571,9 +571,13 @@ class LoadConfig(_Model):
     timeout: Duration = 60.0
     """The client's own timeout for one request."""
     model: str | None = None
-    endpoint: Literal["chat", "rag", "agent"] = "chat"
+    endpoint: Literal["chat", "rag", "agent", "workflow"] = "chat"
     """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
-    questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks)."""
+    questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks); ``workflow``:
+    ``/v1/workflow/run`` (the prompts are the questions, the kind drawn from ``workflows``)."""
+    workflows: dict[Literal["brief", "lookup"], Annotated[float, Field(gt=0)]] | None = None
+    """``endpoint: workflow``: the kinds of workflow sent, by weight (default: as many
+    ``brief`` as ``lookup``)."""
     resume: ResumePolicy | None = None
     """Agent tasks: send a task that did not finish (an error, no answer, a status other than
     ``done``) again with its ``task_id`` until it does (``tasks_*`` checks); ``None``: each
@@ -595,6 +599,13 @@ class LoadConfig(_Model):
                 "resuming is for agent tasks (a task_id to send again): set endpoint: agent, "
                 "or leave 'resume' out",
                 self.resume.model_dump(mode="json"),
+            )
+        if self.workflows is not None and self.endpoint != "workflow":
+            raise _field_error(
+                "workflows",
+                "workflow kinds are for the workflow endpoint: set endpoint: workflow, or leave "
+                "'workflows' out",
+                dict(self.workflows),
             )
         if (self.users is None) == (self.rate is None):
             raise ValueError(
@@ -710,6 +721,11 @@ class Check(_Model):
     """group_ratio, group_ks: the group it is compared with (the stable replicas)."""
     since: Literal["fault_start", "fault_end"] = "fault_end"
     """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
+    workflow: Literal["brief", "lookup"] | None = None
+    """workflow_* checks: the kind of workflow judged (default: every kind)."""
+    within: Duration | None = None
+    """workflows_served: an answer counts as served only when it came within this (a lookup
+    answered only after a frozen orchestrator thawed was starved, not served)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -732,6 +748,8 @@ class Check(_Model):
             raise ValueError(f"check {name!r} takes only 'below'")
         if family.needs_target and not self.target:
             raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
+        if self.within is not None and name != "workflows_served":
+            raise ValueError(f"check {name!r} takes no 'within' (only workflows_served does)")
         missing = [f for f in family.fields if not getattr(self, f)]
         if missing:
             raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
@@ -790,16 +808,38 @@ class Check(_Model):
             parts.append(self.metric)
         if self.group:
             parts.append(f"{self.group}/{self.against}")
+        if self.workflow:
+            parts.append(self.workflow)
         if self.during:
             parts.append(f"during {self.during}")
         return " ".join(parts)
 
 
 class AbortCondition(_Model):
-    check: Literal["error_rate", "fallback_rate"]
-    above: float = Field(ge=0, le=1)
+    """Stop the drill early: ``error_rate`` or ``fallback_rate`` ``above`` a share of the
+    requests sent in the last ``for``; or ``answer_rate`` ``below`` answers per second in the
+    last ``for`` (a stack that stopped answering: frozen, not failing)."""
+
+    check: Literal["error_rate", "fallback_rate", "answer_rate"]
+    above: float | None = Field(default=None, ge=0, le=1)
+    below: float | None = Field(default=None, gt=0)
     for_: Duration = Field(default=10.0, alias="for")
     min_requests: int = Field(default=3, ge=1)
+
+    @model_validator(mode="after")
+    def _bound(self) -> AbortCondition:
+        if self.check == "answer_rate":
+            if self.below is None or self.above is not None:
+                raise ValueError(
+                    "answer_rate aborts when fewer answers per second than 'below' came in the "
+                    "last 'for' (e.g. below: 0.2): give 'below' only"
+                )
+        elif self.above is None or self.below is not None:
+            raise ValueError(
+                f"{self.check} aborts above a share of the requests (0..1, e.g. above: 0.5): "
+                "give 'above' only"
+            )
+        return self
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
@@ -929,6 +969,10 @@ class Twin(_Model):
     those faults are not applied on the twin."""
     why: str = ""
     """What is broken in the twin, in a sentence (shown in the report)."""
+    aborts: Literal["error_rate", "fallback_rate", "answer_rate"] | None = None
+    """The drill's abort condition (``abort_when``) that must stop the run on the twin: a
+    break that freezes the stack is caught by the abort, before the phases end. The twin then
+    holds when that condition stopped it and the checks (judged on what ran) failed as named."""
 
     @field_validator("must_fail")
     @classmethod
@@ -1199,6 +1243,14 @@ class Scenario(_Model):
                     "the drill attaches to a stack the user runs: its twin is another such "
                     "stack ('attach: {gateway: URL}', over the drill's own attach fields)",
                     twin.profile,
+                )
+            conditions = [c.check for c in self.abort_when]
+            if twin.aborts is not None and twin.aborts not in conditions:
+                yield (
+                    ("twins", i, "aborts"),
+                    "the drill has no abort condition of that check; expected one of its "
+                    "abort_when checks: " + (", ".join(conditions) or "(none: add abort_when)"),
+                    twin.aborts,
                 )
             for field in ("must_fail", "may_fail"):
                 for j, label in enumerate(getattr(twin, field)):

@@ -1,14 +1,14 @@
 """The gateway: an OpenAI-compatible front door that owns the stack's reliability policy.
 
 Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``; with a ``rag`` section, ``POST /v1/rag/answer`` and ``POST /v1/agent/run``
-(see ``stack.gateway.rag``). Every answer carries these headers, so a drill can tell how it was
-served:
+``GET /metrics``; with a ``rag`` section, ``POST /v1/rag/answer``, ``POST /v1/agent/run``
+(see ``stack.gateway.rag``) and ``POST /v1/workflow/run`` (``stack.gateway.workflows``). Every
+answer carries these headers, so a drill can tell how it was served:
 
 - ``traceparent`` / ``x-trace-id``: the W3C trace (the caller's, continued, or a new one);
 - ``x-drills-route``: ``primary``, ``canary``, ``backup``, ``fallback``, ``error`` or
   ``rejected`` (the RAG path: ``rag``, ``no_context``; the agent path: ``agent``,
-  ``graceful``);
+  ``graceful``; the workflow path: ``workflow``, ``fallback``);
 - ``x-drills-upstream``: the upstream that answered (a Toxiproxy proxy name), if any;
 - ``x-drills-attempts``: model calls sent for this request;
 - ``x-drills-breakers``: every upstream's breaker state, e.g. ``vllm-0=closed, vllm-1=open``.
@@ -42,6 +42,7 @@ from stack.gateway.rag import AgentPath, RagPath
 from stack.gateway.router import Routed, Router
 from stack.gateway.trace import TraceContext
 from stack.gateway.upstream import AttemptStream, DeadlineReached, RetryableFailure
+from stack.gateway.workflows import WorkflowPath
 
 __all__ = ["Gateway", "create_app"]
 
@@ -68,11 +69,13 @@ class Gateway:
         )
         self.rag: RagPath | None = None
         self.agent: AgentPath | None = None
+        self.workflows: WorkflowPath | None = None
         if stack.rag is not None:
             self.rag = RagPath(stack, self.metrics, self.generate_text)
             self.agent = AgentPath(
                 stack, self.metrics, state_dir or Path(tempfile.mkdtemp(prefix="drills-gw-"))
             )
+            self.workflows = WorkflowPath(stack, self.metrics, self.rag, self.agent)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -240,6 +243,20 @@ class Gateway:
             ),
         )
 
+    async def workflow_run(self, request: Request) -> Response:
+        assert self.workflows is not None
+        return await self._json_path(
+            request,
+            self.workflows.run,
+            lambda status, body: (
+                "rejected"
+                if status in (400, 429)
+                else "error"
+                if status != 200
+                else ("fallback" if body.get("status") == "fallback" else "workflow")
+            ),
+        )
+
     # -- endpoints -------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
@@ -260,6 +277,8 @@ class Gateway:
     async def metrics_endpoint(self, request: Request) -> Response:
         self.metrics.queue_depth.set(self.admission.waiting)
         self.metrics.inflight.set(self.admission.inflight)
+        if self.workflows is not None:
+            self.workflows.observe()
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
@@ -532,6 +551,8 @@ def create_app(stack: StackConfig, state_dir: Path | None = None) -> Starlette:
         with contextlib.suppress(asyncio.CancelledError):
             await prober
         await gateway.router.aclose()
+        if gateway.workflows is not None:
+            await gateway.workflows.aclose()
         if gateway.rag is not None:
             await gateway.rag.aclose()
 
@@ -540,6 +561,8 @@ def create_app(stack: StackConfig, state_dir: Path | None = None) -> Starlette:
         routes.append(Route("/v1/rag/answer", gateway.rag_answer, methods=["POST"]))
     if gateway.agent is not None:
         routes.append(Route("/v1/agent/run", gateway.agent_run, methods=["POST"]))
+    if gateway.workflows is not None:
+        routes.append(Route("/v1/workflow/run", gateway.workflow_run, methods=["POST"]))
     app = Starlette(
         routes=[
             *routes,

@@ -121,6 +121,24 @@ class GatewayMetrics:
             ["tool", "outcome"],
             registry=r,
         )
+        self.workflows = Counter(
+            "drills_gateway_workflows",
+            "Orchestrator workflows by kind and how they ended: done, fallback, error",
+            ["workflow", "outcome"],
+            registry=r,
+        )
+        self.orchestrator_slots = Gauge(
+            "drills_gateway_orchestrator_slots",
+            "Orchestrator worker slots by state: busy (running a task), waiting (held by a task "
+            "that waits for a dependency)",
+            ["state"],
+            registry=r,
+        )
+        self.orchestrator_queued = Gauge(
+            "drills_gateway_orchestrator_queued",
+            "Tasks in the orchestrator's queue",
+            registry=r,
+        )
         self.hop_attempts = Counter(
             "drills_gateway_hop_attempts",
             "Attempts sent to a retrieval or tool hop, by outcome",

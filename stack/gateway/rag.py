@@ -343,6 +343,13 @@ class AgentPath:
             raise HopFailure(f"{self.hop}:{tool}", "http_503", text[:200])
         return result.structured_content
 
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], traceparent: str, timeout: float
+    ) -> Any:
+        """One tool call on the tool server, as this agent, without retries (the workflow
+        path's own tasks are bounded by its orchestrator's policy); raises ``HopFailure``."""
+        return await self._call_tool(tool, arguments, traceparent, timeout)
+
     def _arguments(self, tool: str, checkpoint: Checkpoint, index: int) -> dict[str, Any]:
         if tool == "search_kb":
             return {"query": checkpoint.task[:500], "k": 3}

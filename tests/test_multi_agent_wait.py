@@ -1,0 +1,45 @@
+"""The multi-agent-wait drill on the real stack: `drills gate --twins
+scenarios/multi-agent-wait.yaml` on the session's stack. Workflows run on the gateway's
+orchestrator (briefs whose lead waits for a research subtask on the tool server; lookups with
+no dependency) while the tool server's hop stalls. On the sound profile briefs fall back at
+the wait limit and lookups are still answered; on the twin, unbounded-waits (its gateway run
+beside the same tool server), waiting tasks hold every worker slot, nothing is answered, and
+the drill's answer-rate abort stops the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunningStack, gate_drill_and_twin
+
+pytestmark = pytest.mark.stack
+
+ROOT = Path(__file__).resolve().parent.parent
+DRILL = ROOT / "scenarios" / "multi-agent-wait.yaml"
+
+
+def test_a_stalled_dependency_is_waited_out_and_its_twin_freezes_until_the_abort(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    drill, twin = gate_drill_and_twin(DRILL, stack, tmp_path, "--profile", str(stack.config_path))
+    checks = {c["label"]: c for c in drill["checks"]}
+    t0 = drill["t0"]
+    fault = [r for r in drill["records"] if r["phase"] == "fault"]
+    briefs = [r for r in fault if r["workflow"] == "brief"]
+    lookups = [r for r in fault if r["workflow"] == "lookup"]
+    # While the tool server hung (t0+15 s to t0+45 s), briefs answered their fallback after
+    # waiting the limit (2 s) by their own account; lookups went on being answered.
+    hung = [r for r in briefs if t0 + 16 < r["start"] < t0 + 42]
+    assert hung and all(r["fallback"] and 1.9 <= r["waited"] < 2.5 for r in hung), hung
+    assert lookups and not any(r["error"] for r in lookups), lookups
+    assert checks["workflow_fallbacks during fault"]["observed"] >= 3
+    # The twin: frozen. Its run stopped on the answer-rate abort (no answer for 10 s) during
+    # the fault; the lookups caught in it were answered, if at all, only after the abort thawed
+    # the tool server.
+    assert twin["status"] == "aborted", twin["aborted"]
+    assert twin["aborted"]["check"] == "answer_rate" and twin["aborted"]["observed"] == 0
+    assert "beside" in twin["twin"]["stack"], twin["twin"]["stack"]
+    caught = [r for r in twin["records"] if r["phase"] == "fault" and r["workflow"] == "lookup"]
+    assert all(r["status"] == 0 or r["e2e"] > 6 for r in caught), caught
