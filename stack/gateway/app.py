@@ -24,7 +24,7 @@ import math
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,26 @@ logger = logging.getLogger("stack.gateway")
 
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _route_of(
+    served: str,
+    degraded: str,
+    is_degraded: Callable[[dict[str, Any]], bool],
+    rejected: tuple[int, ...] = (400,),
+) -> Callable[[int, dict[str, Any]], str]:
+    """The route a JSON path's answer is counted under: ``rejected`` for the statuses that turn
+    a request away, ``error`` for any other failure, else ``served`` or, when the body says it
+    was answered in a degraded way, ``degraded``."""
+
+    def route(status: int, body: dict[str, Any]) -> str:
+        if status in rejected:
+            return "rejected"
+        if status != 200:
+            return "error"
+        return degraded if is_degraded(body) else served
+
+    return route
 
 
 class Gateway:
@@ -196,7 +216,9 @@ class Gateway:
         finally:
             self.admission.release()
 
-    async def _json_path(self, request: Request, handler: Any, route_of: Any) -> Response:
+    async def _json_path(
+        self, request: Request, handler: Any, route_of: Callable[[int, dict[str, Any]], str]
+    ) -> Response:
         started = time.monotonic()
         trace = TraceContext.from_header(request.headers.get("traceparent"))
         try:
@@ -220,13 +242,7 @@ class Gateway:
         return await self._json_path(
             request,
             self.rag.answer,
-            lambda status, body: (
-                "rejected"
-                if status == 400
-                else "error"
-                if status != 200
-                else ("no_context" if body.get("missing_context") else "rag")
-            ),
+            _route_of("rag", "no_context", lambda body: bool(body.get("missing_context"))),
         )
 
     async def agent_run(self, request: Request) -> Response:
@@ -234,13 +250,7 @@ class Gateway:
         return await self._json_path(
             request,
             self.agent.run,
-            lambda status, body: (
-                "rejected"
-                if status == 400
-                else "error"
-                if status != 200
-                else ("graceful" if body.get("status") == "graceful" else "agent")
-            ),
+            _route_of("agent", "graceful", lambda body: body.get("status") == "graceful"),
         )
 
     async def workflow_run(self, request: Request) -> Response:
@@ -248,12 +258,11 @@ class Gateway:
         return await self._json_path(
             request,
             self.workflows.run,
-            lambda status, body: (
-                "rejected"
-                if status in (400, 429)
-                else "error"
-                if status != 200
-                else ("fallback" if body.get("status") == "fallback" else "workflow")
+            _route_of(
+                "workflow",
+                "fallback",
+                lambda body: body.get("status") == "fallback",
+                rejected=(400, 429),
             ),
         )
 
