@@ -138,3 +138,20 @@ def toxiproxy_server(binary: Path) -> Iterator[ToxiproxyClient]:
         client.close()
         server.terminate()
         server.wait(timeout=10)
+
+
+def twin_account(journal: dict[str, Any]) -> str:
+    """Why a twin run held or not, in full (a plain string, which pytest prints whole where it
+    cuts a dict short): how the run ended, what it missed, what failed unnamed, and every check's
+    verdict with its reason."""
+    twin = journal["twin"]
+    lines = [
+        f"twin {twin['name']}: held={twin['held']} status={twin['status']} "
+        f"aborts={twin.get('aborts')} aborted_by={twin.get('aborted_by')}",
+        f"missed (must fail, passed): {twin['missed']}",
+        f"unnamed (failed, not named): {twin['unnamed']}",
+    ]
+    for check in journal.get("checks", []):
+        verdict = "pass" if check["passed"] else "FAIL"
+        lines.append(f"  {verdict} {check['label']}: {check.get('reason')}")
+    return "\n".join(lines)

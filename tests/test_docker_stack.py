@@ -20,6 +20,7 @@ from stack import control
 from stack.config import load_stack_config
 from tests.conftest import drills_cli, isolated_env, relocated_profile
 from tests.docker_env import DockerEnv
+from tests.helpers import twin_account
 
 pytestmark = [pytest.mark.docker, pytest.mark.stack]
 
@@ -113,7 +114,9 @@ def test_pod_loss_docker_twin_fails_as_declared(
     (path,) = sorted((tmp_path / "runs").glob("*/journal.json"))
     journal = json.loads(path.read_text())
     twin = journal["twin"]
-    assert result.returncode == 0 and twin["held"], (result.stdout[-3000:], twin)
+    assert result.returncode == 0 and twin["held"], (
+        f"rc={result.returncode}\n{twin_account(journal)}\n{result.stdout[-2000:]}"
+    )
     assert "beside" in twin["stack"], twin["stack"]
     assert sorted(twin["failed"]) == sorted(twin["must_fail"])
     # The twin's kill was real: Docker restarted the container a second time.

@@ -26,7 +26,7 @@ from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env, run_drill
-from tests.helpers import anchored
+from tests.helpers import anchored, twin_account
 from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, TWIN_MANIFEST, Kube
 
 pytestmark = pytest.mark.kubernetes
@@ -463,7 +463,9 @@ def test_the_drill_fails_on_its_twin_where_nothing_replaces_the_pod(
         attach = ("--gateway", stack.gateway_url, "--toxiproxy", stack.toxiproxy_url)  # type: ignore[attr-defined]
         result, (journal,) = run_drill(path, tmp_path, "--twin", "llm-twin", *attach, timeout=300)
         twin = journal["twin"]
-        assert result.returncode == 0 and twin["held"], (result.stdout[-3000:], twin)
+        assert result.returncode == 0 and twin["held"], (
+            f"rc={result.returncode}\n{twin_account(journal)}\n{result.stdout[-2000:]}"
+        )
         assert twin["failed"] == ["replacement_ready_within app=vllm,replica=vllm-0"]
         assert "namespace 'llm-twin'" in twin["stack"], twin["stack"]
         (fault,) = journal["faults"]

@@ -20,6 +20,7 @@ import yaml
 from stack import control
 from stack.litellm import litellm_config, start, wait_ready
 from tests.conftest import RunningStack, drills_cli, free_port, isolated_env, processes_naming
+from tests.helpers import twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -203,7 +204,7 @@ def test_with_litellms_own_cooldown_logic_a_dead_replica_keeps_failing_requests(
     )
     wait_healthy(stack)
     assert code == 0, stderr
-    assert journal["twin"]["held"], journal["twin"]
+    assert journal["twin"]["held"], twin_account(journal)
     results = checks(journal)
     assert not results["error_rate during fault"]["passed"], results
     errors = [r["error"] for r in journal["records"] if r["phase"] == "fault" and r["error"]]

@@ -22,6 +22,7 @@ from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
 from tests.conftest import RunningStack, run_twin
+from tests.helpers import twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
 POD_LOSS = ROOT / "tests" / "scenarios" / "short-pod-loss.yaml"
@@ -168,7 +169,7 @@ def test_pod_loss_drill_on_its_single_replica_twin_fails_exactly_the_checks_it_n
     # is of the session's engine vllm-0, the only one the twin routes to.
     result, [journal] = run_twin(POD_LOSS, stack, tmp_path, "unsound-single")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert journal["twin"]["held"], journal["twin"]
+    assert journal["twin"]["held"], twin_account(journal)
     checks = {c["label"]: c for c in journal["checks"]}
     failed = {label for label, c in checks.items() if not c["passed"]}
     assert failed == {"error_rate during fault", "requests_lost vllm-0"}, failed

@@ -10,6 +10,7 @@ import pytest
 from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, load_scenario
 from tests.conftest import RunningStack, run_twin
+from tests.helpers import twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -75,7 +76,7 @@ def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
 ) -> None:
     result, [journal] = run_twin(VECTOR_DB_OUTAGE, stack, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert journal["twin"]["held"], journal["twin"]
+    assert journal["twin"]["held"], twin_account(journal)
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
     assert failed == VECTOR_DB_TWIN_FAILS, failed
@@ -103,7 +104,7 @@ def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
 ) -> None:
     result, [journal] = run_twin(TOOL_SATURATION, stack, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert journal["twin"]["held"], journal["twin"]
+    assert journal["twin"]["held"], twin_account(journal)
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
     assert failed == TOOL_TWIN_FAILS, failed

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RunningStack, run_on_stack, run_twin
+from tests.helpers import twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -44,7 +45,7 @@ def test_retry_storm_on_its_unsound_twin_multiplies_the_calls(
 ) -> None:
     result, [journal] = run_twin(RETRY_STORM, stack, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert journal["twin"]["held"], journal["twin"]
+    assert journal["twin"]["held"], twin_account(journal)
     checks = by_label(journal)
     # Each request loops over the two failing replicas until its deadline: a storm, seen at
     # the hop, many times the one call per request a sound policy allows.
