@@ -206,3 +206,89 @@ def test_prometheus_checks_of_two_sources_have_labels_of_their_own() -> None:
         "prometheus vllm-0 vllm:num_requests_waiting",
         "prometheus vllm-1 vllm:num_requests_waiting",
     ]
+
+
+def engine_scrape(at: float, source: str, **values: float) -> dict[str, Any]:
+    """One scrape of a vLLM engine: ``waiting``, ``kv`` (under vLLM's older name with
+    ``old_kv``), ``aborts`` and ``stops`` (request_success_total by finished_reason)."""
+    samples = [{"name": "vllm:num_requests_running", "value": 1.0}]
+    if "waiting" in values:
+        samples.append({"name": "vllm:num_requests_waiting", "value": values["waiting"]})
+    if "kv" in values:
+        samples.append({"name": "vllm:kv_cache_usage_perc", "value": values["kv"]})
+    if "old_kv" in values:
+        samples.append({"name": "vllm:gpu_cache_usage_perc", "value": values["old_kv"]})
+    for reason, key in (("abort", "aborts"), ("stop", "stops")):
+        if key in values:
+            samples.append(
+                {
+                    "name": "vllm:request_success_total",
+                    "labels": {"finished_reason": reason, "model_name": "m"},
+                    "value": values[key],
+                }
+            )
+    return {"time": T0 + at, "source": source, "samples": samples}
+
+
+def test_engine_gauges_are_judged_at_the_worst_engine_and_name_each() -> None:
+    s = scenario({"check": "engine.waiting", "during": "fault", "below": 1})
+    probes = [
+        engine_scrape(5, "vllm-0", waiting=7),  # before the window: not counted
+        engine_scrape(12, "vllm-0", waiting=0),
+        engine_scrape(12, "vllm-1", waiting=2),
+        engine_scrape(15, "vllm-1", waiting=1),
+        {"time": T0 + 12, "source": "gateway", "samples": [{"name": "x", "value": 9}]},
+    ]
+    (queued,) = evaluate(ev(s, [], probes=probes))
+    assert not queued.passed and queued.observed == 2
+    assert "vllm-0 0, vllm-1 2" in queued.reason and "vllm:num_requests_waiting" in queued.reason
+    assert "expected < 1" in queued.reason
+    one = scenario({"check": "engine.waiting", "source": "vllm-0", "during": "fault", "below": 1})
+    (calm,) = evaluate(ev(one, [], probes=probes))
+    assert calm.passed and calm.observed == 0 and calm.label == "engine.waiting vllm-0 during fault"
+
+
+def test_engine_counters_sum_over_engines_and_survive_a_restart() -> None:
+    s = scenario({"check": "engine.requests.abort", "during": "fault", "below": 1})
+    probes = [
+        engine_scrape(9, "vllm-0", aborts=10, stops=50),  # the starting point
+        engine_scrape(12, "vllm-0", aborts=13, stops=52),
+        engine_scrape(15, "vllm-0", aborts=1, stops=0),  # killed and replaced: from zero
+        engine_scrape(18, "vllm-0", aborts=2, stops=3),
+        engine_scrape(12, "vllm-1", aborts=0, stops=4),
+        engine_scrape(18, "vllm-1", aborts=4, stops=9),
+    ]
+    (aborted,) = evaluate(ev(s, [], probes=probes))
+    # vllm-0: 3 + 1 (after the reset) + 1 = 5; vllm-1: 4.
+    assert aborted.observed == 9 and not aborted.passed
+    assert "vllm-0 5, vllm-1 4" in aborted.reason and "requests finished (abort)" in aborted.reason
+    stops = scenario({"check": "engine.requests.stop", "during": "fault", "above": 5})
+    (served,) = evaluate(ev(stops, [], probes=probes))
+    assert served.observed == 2 + 0 + 3 + 5 and served.passed
+
+
+def test_engine_kv_cache_reads_the_name_of_the_engines_vllm_version() -> None:
+    s = scenario({"check": "engine.kv_cache", "during": "fault", "below": 0.9})
+    (new,) = evaluate(ev(s, [], probes=[engine_scrape(12, "vllm-0", kv=0.95)]))
+    assert not new.passed and new.observed == pytest.approx(0.95) and "0.950" in new.reason
+    (old,) = evaluate(ev(s, [], probes=[engine_scrape(12, "vllm-0", old_kv=0.4)]))
+    assert old.passed and "vllm:gpu_cache_usage_perc" in old.reason
+
+
+def test_engine_checks_without_engine_metrics_fail_and_say_where_to_list_them() -> None:
+    s = scenario({"check": "engine.waiting", "below": 1})
+    gateway_only = [{"time": T0 + 12, "source": "gateway", "samples": [{"name": "x", "value": 1}]}]
+    (none,) = evaluate(ev(s, [], probes=gateway_only))
+    assert not none.passed and none.observed is None
+    assert "stack.attach.metrics" in none.reason
+    absent = scenario({"check": "engine.preemptions", "source": "vllm-1", "below": 1})
+    (missing,) = evaluate(ev(absent, [], probes=[engine_scrape(12, "vllm-1", waiting=0)]))
+    assert not missing.passed and "vllm:num_preemptions_total" in missing.reason
+
+
+def test_engine_checks_take_no_metric_labels_or_agg() -> None:
+    for extra in ({"metric": "vllm:x"}, {"labels": {"a": "b"}}, {"agg": "max"}):
+        with pytest.raises(ValueError, match="reads its own metric from the engines"):
+            Check.model_validate({"check": "engine.waiting", "below": 1, **extra})
+    with pytest.raises(ValueError, match=r"engine\.requests\.REASON"):
+        Check.model_validate({"check": "engine.requests.unknown", "below": 1})

@@ -88,6 +88,17 @@ def test_fault_on_a_hop_the_stack_does_not_have(tmp_path: Path) -> None:
     assert "the stack has no hop 'vllm-7'; expected one of: vllm-0, vllm-1, backup" in problem
 
 
+def test_an_engine_check_of_an_engine_the_stack_does_not_have(tmp_path: Path) -> None:
+    text = LATENCY.replace(
+        "expect:\n", "expect:\n  - {check: engine.waiting, source: backup, below: 1}\n", 1
+    )
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    # backup is a hop (to vllm-1's backup model), not an engine whose metrics are scraped.
+    assert problem.startswith(f"{path}:{line_of(text, 'engine.waiting')} expect[0].source:")
+    assert "the stack has no engine 'backup'; expected one of: vllm-0, vllm-1" in problem
+
+
 @pytest.mark.parametrize(
     ("fault", "field", "message"),
     [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from drills.common.hop import HopRecord
@@ -30,6 +31,7 @@ __all__ = [
     "counter_increase",
     "expected_text",
     "formatted",
+    "increase_of",
     "is_error",
     "kill_faults",
     "percentile",
@@ -171,6 +173,15 @@ def series(
     return points
 
 
+def increase_of(points: list[tuple[float, float]]) -> float:
+    """How much a counter grew over ``points`` (time order), as Prometheus' ``increase`` reads
+    one: a drop is a restart from zero (a killed process's replacement), not a negative count."""
+    total = 0.0
+    for (_, before), (_, after) in pairwise(points):
+        total += after - before if after >= before else after
+    return total
+
+
 def applied_faults(ev: Evaluation, target: str | None = None) -> list[FaultRecord]:
     return [f for f in ev.faults if (target is None or f.target == target) and f.applied_at]
 
@@ -206,8 +217,8 @@ def counter_increase(
             if sample.name == metric and match(sample.labels)
         )
         points.append((probe.time, total))
-    inside = [v for t, v in points if start <= t <= end]
+    inside = [(t, v) for t, v in points if start <= t <= end]
     if not inside:
         return None
-    before = [v for t, v in points if t < start]
-    return inside[-1] - (before[-1] if before else 0.0)
+    before = [(t, v) for t, v in points if t < start]
+    return increase_of([before[-1] if before else (start, 0.0), *inside])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from drills.checks.base import (
     Evaluation,
+    increase_of,
     result,
     series,
 )
@@ -38,7 +39,7 @@ def check_prometheus(check: Check, ev: Evaluation) -> CheckResult:
         )
     values = [v for _, v in points]
     observed = {
-        "increase": values[-1] - values[0],
+        "increase": increase_of(points),
         "max": max(values),
         "min": min(values),
         "last": values[-1],

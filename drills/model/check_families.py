@@ -144,6 +144,17 @@ BUILTIN: tuple[CheckFamily, ...] = (
         names=("group_ks.tokens", "group_ks.ttft", "group_ks.e2e"),
         fields=("group", "against"),
     ),
+    CheckFamily(
+        "engine",
+        "drills.checks.engine:check_engine",
+        "count",
+        pattern=r"engine\.(waiting|running|preemptions|requests\.(stop|length|abort|error|repetition))",
+        shown_as="engine.waiting, engine.running, engine.preemptions, engine.requests.REASON "
+        "(stop, length, abort, error, repetition)",
+    ),
+    CheckFamily(
+        "engine_kv_cache", "drills.checks.engine:check_engine", "share", names=("engine.kv_cache",)
+    ),
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
     _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),

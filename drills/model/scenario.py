@@ -709,10 +709,13 @@ class Check(_Model):
     above: float | str | None = None
     target: str | None = None
     source: str | None = None
-    """prometheus: whose metrics (gateway, toxiproxy or an engine replica's name)."""
+    """prometheus: whose metrics (gateway, toxiproxy or an engine replica's name); engine.*:
+    the one engine judged (default: every engine the run scraped)."""
     metric: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     agg: Literal["increase", "max", "min", "last"] = "last"
+    """prometheus: how the window's values become one: ``increase`` reads a counter (a drop is
+    a restart from zero, as Prometheus' ``increase`` has it), the others any value."""
     baseline: str | None = None
     """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
     group: str | None = None
@@ -748,6 +751,14 @@ class Check(_Model):
             raise ValueError(f"check {name!r} takes only 'below'")
         if family.needs_target and not self.target:
             raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
+        if family.family.startswith("engine") and (
+            self.metric or self.labels or "agg" in self.model_fields_set
+        ):
+            raise ValueError(
+                f"check {name!r} reads its own metric from the engines (vLLM's, by name across "
+                "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
+                "check: prometheus with source and metric"
+            )
         if self.within is not None and name != "workflows_served":
             raise ValueError(f"check {name!r} takes no 'within' (only workflows_served does)")
         missing = [f for f in family.fields if not getattr(self, f)]
@@ -1282,11 +1293,21 @@ def check_targets(
     targets: list[str],
     components: list[str] | None = None,
     l7_hops: list[str] | None = None,
+    engines: list[str] | None = None,
 ) -> None:
     """Refuse faults on targets the stack does not have: ``targets`` are its Toxiproxy proxy
     names, ``components`` its processes, ``l7_hops`` the hops of its L7 hop (``None``: not
-    known here, checked when applied; ``[]``: the stack has no L7 hop)."""
+    known here, checked when applied; ``[]``: the stack has no L7 hop); and ``engine.*``
+    checks of an engine it does not have (``engines``: their metrics sources)."""
     problems = []
+    for i, check in enumerate(scenario.expect):
+        if engines is None or not check.check.startswith("engine.") or not check.source:
+            continue
+        if check.source not in engines:
+            loc: Loc = ("expect", i, "source")
+            problems.append(
+                _not_in_stack(doc, loc, format_path(loc), "engine", check.source, engines)
+            )
     for family, names, what in (
         ("toxiproxy", targets, "hop"),
         ("process", components, "component"),
@@ -1456,7 +1477,8 @@ def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) ->
         raise ConfigError([f"{where}stack: {p}" for p in exc.problems]) from None
     hops = [u.name for u in [*config.upstreams, *config.rag_hops]]
     l7 = [u.name for u in config.upstreams if u.hop_port is not None]
-    check_targets(scenario, doc, hops, config.component_names, l7)
+    engines = [n for n in config.component_names if n in {u.name for u in config.upstreams}]
+    check_targets(scenario, doc, hops, config.component_names, l7, engines)
 
 
 def scenario_schema() -> dict[str, Any]:
