@@ -103,9 +103,11 @@ def gateway_beside(running_file: Path, twin_profile: str, workdir: Path) -> Iter
     load_stack_config(config)  # what the gateway will read is valid, or this says where not
     url = f"http://{running.host}:{port}"
     # Under a supervisor of its own (``--only-gateway``), as the stack's gateway is under the
-    # stack's: a drill that kills it sees it restarted, with the events in workdir.
+    # stack's: a drill that kills it sees it restarted, with the events in workdir. It stops
+    # with this process (``--with-parent``: its parent-death signal), even when this one is
+    # killed with SIGKILL and never reaches ``_stop``.
     argv = [sys.executable, "-m", "stack.supervisor", "--config", str(config)]
-    argv += ["--state-dir", str(workdir), "--only-gateway"]
+    argv += ["--state-dir", str(workdir), "--only-gateway", "--with-parent", str(os.getpid())]
     with (workdir / "supervisor.log").open("ab") as log:
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -829,8 +829,19 @@ def main() -> None:
         action="store_true",
         help="run the gateway alone, in front of hops another supervisor runs",
     )
+    parser.add_argument(
+        "--with-parent",
+        type=int,
+        metavar="PID",
+        help="stop (SIGTERM) when the process PID that started this one dies: a twin's "
+        "gateway run beside a stack must not outlive the drill that runs it",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.with_parent is not None:
+        _pdeathsig()
+        if os.getppid() != args.with_parent:  # it died before the signal was asked for
+            raise SystemExit(f"the process that started this one ({args.with_parent}) is gone")
     state_dir = Path(args.state_dir)
     config_path = Path(args.config)
     Supervisor(load_stack_config(config_path), config_path, state_dir, args.only_gateway).run()

@@ -21,9 +21,11 @@ from drills.common.errors import StackError
 from drills.common.system import pid_alive
 from stack import control
 from stack.state import read_events, read_state
-from tests.conftest import RunningStack, relocated_profile
+from tests.conftest import RunningStack, processes_naming, relocated_profile
 
 pytestmark = pytest.mark.stack
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -299,3 +301,41 @@ def test_a_stack_started_without_the_retrieval_part_is_used_or_completed_as_need
         assert last is not None and last.supervisor_pid == after.supervisor_pid
     finally:
         control.down(state)
+
+
+def test_a_twins_gateway_beside_the_stack_stops_when_its_drill_is_killed(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    """A drill's twin gateway runs beside the stack under a supervisor of its own; a drill
+    killed with SIGKILL never stops it itself, so its parent-death signal must."""
+    workdir = tmp_path / "beside"
+    script = (
+        "import time\n"
+        "from pathlib import Path\n"
+        "from stack.beside import gateway_beside\n"
+        f"with gateway_beside(Path({str(stack.state_dir / 'stack.yaml')!r}), 'unsound', "
+        f"Path({str(workdir)!r})) as url:\n"
+        "    print(url, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    drill = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert drill.stdout is not None
+    url = drill.stdout.readline().strip()
+    assert url.startswith("http://"), url
+    assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+    beside = processes_naming(workdir)  # its supervisor and its gateway
+    assert len(beside) >= 2, beside
+    os.kill(drill.pid, signal.SIGKILL)
+    drill.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(pid_alive(p) for p in beside):
+        time.sleep(0.2)
+    left = [p for p in beside if pid_alive(p)]
+    for pid in left:  # stop what failed the test, by its pid
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"the beside gateway's processes outlived their drill: {left}"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/health", timeout=2)
+    assert stack.gateway_url != url and httpx.get(f"{stack.gateway_url}/health").status_code == 200
