@@ -9,8 +9,10 @@ the same selector (a new id), and when it was running and, if it has a health ch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -56,6 +58,10 @@ class DockerInjector:
         self.max_containers = context.max_containers
         self.victims: list[dict[str, Any]] = []
         self.applied_at: float | None = None
+        self.healthy: dict[str, list[float]] = {}
+        """``health_status: healthy`` times per hit container id, watched live from the
+        fault's start (``_watch_health``)."""
+        self._watches: list[tuple[DockerClient, Any, threading.Thread]] = []
 
     def ledger_entry(self) -> dict[str, Any]:
         return {
@@ -126,9 +132,43 @@ class DockerInjector:
                         "networks": {n: networks.get(n) for n in cut},
                     }
                 )
+                if self.kind in ("docker.kill", "docker.stop", "docker.restart"):
+                    self._watch_health(info["Id"])
                 self._act(docker, info["Id"], cut)
                 hit.append({"before": before, "after": self._landed(docker, info["Id"], before)})
         return {"applied_at": self.applied_at, "containers": hit}
+
+    def _watch_health(self, cid: str) -> None:
+        """Record the container's health events live from now on. Asking the daemon for them
+        after the run is not enough: it keeps only its last 256 events, and a health check
+        every second (three exec events each) pushed a replacement's "healthy" out of that
+        history before the drill ended (measured in CI: gone by 3 s, 256 events kept)."""
+        assert self.applied_at is not None
+        client = DockerClient(self.host)
+        try:
+            stream = client.watch_events(self.applied_at, cid, "health_status")
+        except DockerError:
+            client.close()
+            return  # observe() still asks the daemon's history
+        times = self.healthy.setdefault(cid, [])
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # the stream ends when observe() closes it
+                for event in stream:
+                    if event.get("status", event.get("Action", "")) == "health_status: healthy":
+                        times.append(event.get("timeNano", event["time"] * 1e9) / 1e9)
+
+        thread = threading.Thread(target=read, name=f"docker-health-{cid[:12]}", daemon=True)
+        thread.start()
+        self._watches.append((client, stream, thread))
+
+    def _stop_watches(self) -> None:
+        for client, stream, thread in self._watches:
+            with contextlib.suppress(Exception):
+                stream.close()
+            thread.join(timeout=5)
+            client.close()
+        self._watches = []
 
     def _act(self, docker: DockerClient, cid: str, networks: list[str]) -> None:
         if self.kind == "docker.kill":
@@ -181,10 +221,29 @@ class DockerInjector:
     def revert(self) -> dict[str, Any]:
         return {**revert_entry(self.ledger_entry()), "finished_at": time.time()}
 
+    def _healthy_at(self, docker: DockerClient, victim: str, back: dict[str, Any]) -> float | None:
+        """When the container that came back was first healthy: from the live watch when it
+        is the victim restarted in place, else from the daemon's event history."""
+        assert self.applied_at is not None
+        since = back["started_at"] or self.applied_at
+        watched = [t for t in self.healthy.get(victim, []) if t >= since - 1]
+        if back["id"] == victim[:12] and watched:
+            return watched[0]
+        events = docker.events(self.applied_at, time.time(), back["id"])
+        healthy = [
+            e.get("timeNano", e["time"] * 1e9) / 1e9
+            for e in events
+            if e.get("status", e.get("Action", "")) == "health_status: healthy"
+        ]
+        return float(healthy[0]) if healthy else None
+
     def observe(self) -> dict[str, Any]:
         """How each hit container came back: restarted in place, or replaced by a new one."""
         if self.applied_at is None:
             return {}
+        # A last moment for a "healthy" the watch has not read yet, then the watch stops.
+        time.sleep(0.2)
+        self._stop_watches()
         out = []
         with DockerClient(self.host) as docker:
             for victim in self.victims:
@@ -207,14 +266,7 @@ class DockerInjector:
                     continue
                 ready = back["started_at"]
                 if back["health"] is not None:
-                    ready = None
-                    events = docker.events(self.applied_at, time.time(), back["id"])
-                    healthy = [
-                        e.get("timeNano", e["time"] * 1e9) / 1e9
-                        for e in events
-                        if e.get("status", e.get("Action", "")) == "health_status: healthy"
-                    ]
-                    ready = float(healthy[0]) if healthy else None
+                    ready = self._healthy_at(docker, victim["id"], back)
                 out.append(
                     {
                         "victim": victim["name"],

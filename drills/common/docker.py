@@ -200,6 +200,14 @@ class DockerClient:
             )
             return list(stream)
 
+    def watch_events(self, since: float, container: str, event: str) -> Any:
+        """A live stream of one container's ``event`` events from ``since`` on (decoded dicts;
+        ``close()`` ends it). The daemon keeps only its last 256 events for ``events``; a
+        stream opened early misses none."""
+        filters = {"container": [container], "type": ["container"], "event": [event]}
+        with self._errors(f"events of {container[:12]}"):
+            return self._api.events(since=cast(Any, f"{since:.3f}"), filters=filters, decode=True)
+
     def has_image(self, image: str) -> bool:
         try:
             self._api.inspect_image(image)  # type: ignore[no-untyped-call]
