@@ -43,11 +43,18 @@ def test_a_stalled_dependency_is_waited_out_and_its_twin_freezes_until_the_abort
     assert all(r["fallback"] and 1.9 <= r["waited"] < 2.5 for r in hung), hung
     assert lookups and not any(r["error"] for r in lookups), lookups
     assert checks["workflow_fallbacks during fault"]["observed"] >= 3
-    # The twin: frozen. Its run stopped on the answer-rate abort (no answer for 10 s) during
-    # the fault; the lookups caught in it were answered, if at all, only after the abort thawed
-    # the tool server.
+    # The twin: frozen. Its run stopped on the answer-rate abort (fewer than 0.2 answers a
+    # second over 10 s) during the fault. Until every worker slot holds a waiting brief, a
+    # lookup can still be served: CI measured one sent 0.18 s into the freeze and answered in
+    # 0.06 s, the only answer of the abort's 10 s (0.1 a second); the lookup sent 0.07 s after
+    # it waited 9.9 s. Lookups caught in the freeze were otherwise answered, if at all, only
+    # after the abort thawed the tool server.
     assert twin["status"] == "aborted", twin["aborted"]
-    assert twin["aborted"]["check"] == "answer_rate" and twin["aborted"]["observed"] == 0
+    aborted = twin["aborted"]
+    assert aborted["check"] == "answer_rate" and aborted["observed"] < aborted["below"], aborted
     assert "beside" in twin["twin"]["stack"], twin["twin"]["stack"]
+    (frozen,) = twin["faults"]
     caught = [r for r in twin["records"] if r["phase"] == "fault" and r["workflow"] == "lookup"]
-    assert all(r["status"] == 0 or r["e2e"] > 6 for r in caught), caught
+    served = [r for r in caught if r["status"] != 0 and r["e2e"] <= 6]
+    assert all(r["start"] < frozen["applied_at"] + 0.5 for r in served), served
+    assert len(caught) - len(served) >= 2, caught
