@@ -103,11 +103,14 @@ def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     stack: RunningStack, tmp_path: Path
 ) -> None:
     result, [journal] = run_twin(TOOL_SATURATION, stack, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert journal["twin"]["held"], twin_account(journal)
+    # How long the flood's calls queued (latency p50): the twin can only fail when an agent's
+    # call waits past its 2 s attempt, so a failure shows the depth the flood reached.
+    flood = f"the flood: {journal['faults'][0]['rollback'].get('flood')}\n"
+    assert result.returncode == 0, flood + result.stdout + result.stderr[-3000:]
+    assert journal["twin"]["held"], flood + twin_account(journal)
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
-    assert failed == TOOL_TWIN_FAILS, failed
+    assert failed == TOOL_TWIN_FAILS, (flood, failed)
     # Retries of a saturated tool add to the flood: the tool server counts them.
     amplification = checks["retry_amplification tools:search_kb during fault"]
     assert "counted by the tool server" in amplification["reason"]

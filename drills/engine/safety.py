@@ -85,7 +85,7 @@ class SafetyPolicy(BaseModel):
     """Pods one Kubernetes fault may delete."""
     max_containers: int = Field(default=10, ge=0)
     """Containers one docker fault may hit."""
-    max_tool_concurrency: int = Field(default=128, ge=0)
+    max_tool_concurrency: int = Field(default=256, ge=0)
     """Concurrent calls one ``tool.saturate`` flood may keep in flight."""
     kubernetes_namespaces: list[str] = Field(default_factory=list)
     """If set, Kubernetes namespaces drills may touch (beyond what each scenario allows)."""
