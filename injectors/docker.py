@@ -59,8 +59,8 @@ class DockerInjector:
         self.victims: list[dict[str, Any]] = []
         self.applied_at: float | None = None
         self.healthy: dict[str, list[float]] = {}
-        """``health_status: healthy`` times per hit container id, watched live from the
-        fault's start (``_watch_health``)."""
+        """``health_status: healthy`` times per container id (the victims and their
+        replacements), watched live from the fault's start (``_watch_health``)."""
         self._watches: list[tuple[DockerClient, Any, threading.Thread]] = []
 
     def ledger_entry(self) -> dict[str, Any]:
@@ -117,6 +117,8 @@ class DockerInjector:
         with DockerClient(self.host) as docker:
             chosen = self._select(docker)
             self.applied_at = time.time()
+            if self.kind in ("docker.kill", "docker.stop", "docker.restart"):
+                self._watch_health()
             hit = []
             for container in chosen:
                 info = docker.inspect(container["Id"])
@@ -132,33 +134,34 @@ class DockerInjector:
                         "networks": {n: networks.get(n) for n in cut},
                     }
                 )
-                if self.kind in ("docker.kill", "docker.stop", "docker.restart"):
-                    self._watch_health(info["Id"])
                 self._act(docker, info["Id"], cut)
                 hit.append({"before": before, "after": self._landed(docker, info["Id"], before)})
         return {"applied_at": self.applied_at, "containers": hit}
 
-    def _watch_health(self, cid: str) -> None:
-        """Record the container's health events live from now on. Asking the daemon for them
-        after the run is not enough: it keeps only its last 256 events, and a health check
+    def _watch_health(self) -> None:
+        """Record the health events of the selector's containers live from now on: the
+        victims, and a replacement with a new id (same name or labels). Asking the daemon for
+        them after the run is not enough: it keeps only its last 256 events, and a health check
         every second (three exec events each) pushed a replacement's "healthy" out of that
         history before the drill ended (measured in CI: gone by 3 s, 256 events kept)."""
         assert self.applied_at is not None
+        name, labels = self.fault.selector
         client = DockerClient(self.host)
         try:
-            stream = client.watch_events(self.applied_at, cid, "health_status")
+            stream = client.watch_events(self.applied_at, "health_status", name=name, labels=labels)
         except DockerError:
             client.close()
             return  # observe() still asks the daemon's history
-        times = self.healthy.setdefault(cid, [])
 
         def read() -> None:
             with contextlib.suppress(Exception):  # the stream ends when observe() closes it
                 for event in stream:
                     if event.get("status", event.get("Action", "")) == "health_status: healthy":
-                        times.append(event.get("timeNano", event["time"] * 1e9) / 1e9)
+                        cid = event.get("id") or event["Actor"]["ID"]
+                        at = event.get("timeNano", event["time"] * 1e9) / 1e9
+                        self.healthy.setdefault(cid, []).append(at)
 
-        thread = threading.Thread(target=read, name=f"docker-health-{cid[:12]}", daemon=True)
+        thread = threading.Thread(target=read, name=f"docker-health-{self.target}", daemon=True)
         thread.start()
         self._watches.append((client, stream, thread))
 
@@ -221,14 +224,16 @@ class DockerInjector:
     def revert(self) -> dict[str, Any]:
         return {**revert_entry(self.ledger_entry()), "finished_at": time.time()}
 
-    def _healthy_at(self, docker: DockerClient, victim: str, back: dict[str, Any]) -> float | None:
-        """When the container that came back was first healthy: from the live watch when it
-        is the victim restarted in place, else from the daemon's event history."""
+    def _healthy_at(self, docker: DockerClient, back: dict[str, Any]) -> float | None:
+        """When the container that came back (the victim restarted in place, or a
+        replacement) was first healthy: from the live watch, else from the daemon's event
+        history (a watch that could not be opened)."""
         assert self.applied_at is not None
         since = back["started_at"] or self.applied_at
-        watched = [t for t in self.healthy.get(victim, []) if t >= since - 1]
-        if back["id"] == victim[:12] and watched:
-            return watched[0]
+        for cid, times in self.healthy.items():
+            watched = [t for t in times if t >= since - 1]
+            if cid.startswith(back["id"]) and watched:
+                return min(watched)
         events = docker.events(self.applied_at, time.time(), back["id"])
         healthy = [
             e.get("timeNano", e["time"] * 1e9) / 1e9
@@ -266,7 +271,7 @@ class DockerInjector:
                     continue
                 ready = back["started_at"]
                 if back["health"] is not None:
-                    ready = self._healthy_at(docker, victim["id"], back)
+                    ready = self._healthy_at(docker, back)
                 out.append(
                     {
                         "victim": victim["name"],

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from drills.common.docker import DockerClient, DockerError
@@ -89,6 +90,72 @@ def test_kill_one_of_a_label_selection_and_watch_docker_restart_it(
     (back,) = observed["containers"]
     assert back["restart_count"] == 1
     assert evidence["applied_at"] < back["replacement_started_at"] <= observed["ready_at"]
+
+
+def _tiny(env: DockerEnv, name: str, labels: dict[str, str], restart: str) -> str:
+    created = env.client.create(
+        name,
+        IMAGE,
+        env={"PORT": "8080"},
+        labels=labels,
+        healthcheck={
+            "test": ["CMD", "/server", "-check"],
+            "interval": 500_000_000,
+            "start_period": 1_000_000_000,
+            "retries": 3,
+        },
+        host_config={"restart_policy": {"Name": restart}, "network_mode": NETWORK},
+    )
+    env.client.start(created)
+    return created
+
+
+def test_a_replacement_with_a_new_id_is_timed_by_its_own_healthy_event(
+    docker_env: DockerEnv,
+) -> None:
+    """An orchestrator (Compose, Nomad, Swarm) replaces a dead container with a new one, a new
+    id with the same labels. Its "healthy" is watched live from the fault's start: the daemon
+    keeps only its last 256 events, and here that one is pushed out of them before the fault
+    is observed."""
+    tag = f"{int(time.time() * 1000) % 100000}"
+    labels = {"app": f"tiny-re-{tag}"}
+    victim = _tiny(docker_env, f"tiny-re-{tag}-a", labels, "no")
+    churn = _tiny(docker_env, f"tiny-re-{tag}-churn", {"app": f"churn-{tag}"}, "no")
+    names = [f"tiny-re-{tag}-churn", f"tiny-re-{tag}-a"]
+    try:
+        deadline = time.monotonic() + 60
+        while docker_env.client.inspect(victim)["State"].get("Health", {}).get("Status") != (
+            "healthy"
+        ):
+            assert time.monotonic() < deadline, "the victim never became healthy"
+            time.sleep(0.3)
+        injector = fault("docker.kill", f"label:app={labels['app']}", docker_env)
+        applied_at = injector.apply()["applied_at"]
+        # The orchestrator's part: the dead container is removed, a new one takes its place.
+        docker_env.client.remove(victim)
+        names[-1] = f"tiny-re-{tag}-b"
+        replacement = _tiny(docker_env, names[-1], labels, "no")
+        while docker_env.client.inspect(replacement)["State"].get("Health", {}).get("Status") != (
+            "healthy"
+        ):
+            assert time.monotonic() < deadline, "the replacement never became healthy"
+            time.sleep(0.3)
+        healthy_seen = time.time()
+        # Other containers' events push the replacement's "healthy" out of the daemon's history
+        # (a rename is one event).
+        api = docker.APIClient(base_url=docker_env.host)
+        for i in range(300):
+            api.rename(churn, f"tiny-re-{tag}-churn{'' if i % 2 else '-x'}")
+        api.close()
+        kept = docker_env.client.events(applied_at, time.time(), replacement)
+        assert not [e for e in kept if e.get("status") == "health_status: healthy"], kept
+        observed = injector.observe()
+        (back,) = observed["containers"]
+        assert replacement.startswith(back["replacement"])
+        assert applied_at < back["replacement_started_at"] <= back["ready_at"] <= healthy_seen
+        assert observed["ready_at"] == back["ready_at"]
+    finally:
+        docker_env.docker("rm", "-f", *names)
 
 
 def test_pause_and_unpause(docker_env: DockerEnv, pair: list[str]) -> None:

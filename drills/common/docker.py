@@ -200,12 +200,25 @@ class DockerClient:
             )
             return list(stream)
 
-    def watch_events(self, since: float, container: str, event: str) -> Any:
-        """A live stream of one container's ``event`` events from ``since`` on (decoded dicts;
-        ``close()`` ends it). The daemon keeps only its last 256 events for ``events``; a
-        stream opened early misses none."""
-        filters = {"container": [container], "type": ["container"], "event": [event]}
-        with self._errors(f"events of {container[:12]}"):
+    def watch_events(
+        self,
+        since: float,
+        event: str,
+        *,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Any:
+        """A live stream of ``event`` events from ``since`` on (decoded dicts; ``close()`` ends
+        it) of the containers named ``name`` (the daemon matches a name or an id) or carrying
+        ``labels``: those of a selector, so a replacement with a new id is in it too. The
+        daemon keeps only its last 256 events for ``events``; a stream opened early misses
+        none."""
+        filters: dict[str, list[str]] = {"type": ["container"], "event": [event]}
+        if name:
+            filters["container"] = [name]
+        if labels:
+            filters["label"] = [f"{k}={v}" for k, v in labels.items()]
+        with self._errors(f"events of {name or labels}"):
             return self._api.events(since=cast(Any, f"{since:.3f}"), filters=filters, decode=True)
 
     def has_image(self, image: str) -> bool:
