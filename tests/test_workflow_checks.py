@@ -91,3 +91,26 @@ def test_no_workflow_in_the_window_is_no_data() -> None:
     checks = judge([sent("brief", 1)])
     assert not checks["workflow_wait during fault"].passed
     assert "no workflow request counts in the window" in checks["workflow_wait during fault"].reason
+
+
+def test_a_fallback_that_came_only_after_the_thaw_does_not_count_within_its_bound() -> None:
+    records = [
+        sent("brief", 11, waited=2.01, fallback=True, e2e=2.05),
+        # A research call the stall broke, answered as a fallback once the fault ended.
+        sent("brief", 10.5, waited=11.4, fallback=True, e2e=11.5),
+    ]
+    phases = {"baseline": (T0, T0 + 10), "fault": (T0 + 10, T0 + 20)}
+
+    def check(**within: str) -> Any:
+        spec = {"check": "workflow_fallbacks", "during": "fault", "above": 1, **within}
+        drill = scenario().model_dump(mode="json", exclude_none=True)
+        timed = Scenario.model_validate({**drill, "expect": [spec]})
+        (verdict,) = evaluate(Evaluation(timed, records, phases, (T0, T0 + 20), []))
+        return verdict
+
+    plain = check()
+    assert plain.passed and plain.observed == 2
+    late = check(within="6s")
+    assert not late.passed and late.observed == 1
+    assert "1 of 2 workflow answers were the fallback within 6s" in late.reason
+    assert "1 more came later, the slowest after 11.5s (trace brief-10.5)" in late.reason

@@ -11,8 +11,11 @@ held its waiters past their limit, and whether the other workflows were still se
   policy serves past the wait limit), within ``within`` when the check gives it (a request
   answered only once a frozen orchestrator thawed was starved, not served);
 - ``workflow_fallbacks``: how many answers were the fallback (recognised by the drill's
-  ``fallback`` rule, from the answer the client got). ``above: 0`` says the fault did stall a
-  dependency past its waiters' limit, so the other checks had something to judge.
+  ``fallback`` rule, from the answer the client got), within ``within`` of their request when
+  the check gives it. ``above: 0`` says the fault did stall a dependency past its waiters'
+  limit, so the other checks had something to judge; ``within`` keeps out a fallback that
+  came only once the fault was over (a call the stall broke, answered after the thaw: no
+  wait limit made it).
 """
 
 from __future__ import annotations
@@ -104,6 +107,17 @@ def check_workflow_fallbacks(check: Check, ev: Evaluation) -> CheckResult:
     records = workflows_in(ev, check)
     if not records:
         return _none(check, "workflow_fallbacks")
-    fallbacks = sum(r.fallback for r in records)
-    reason = f"{fallbacks} of {len(records)} {_what(check)} answers were the fallback"
-    return result(check, "workflow_fallbacks", fallbacks, len(records), reason)
+    within = check.within
+    fallbacks = [r for r in records if r.fallback]
+    timely = [r for r in fallbacks if within is None or (r.e2e is not None and r.e2e <= within)]
+    reason = f"{len(timely)} of {len(records)} {_what(check)} answers were the fallback"
+    if within is not None:
+        reason += f" within {within:g}s"
+        late = [r for r in fallbacks if r not in timely]
+        if late:
+            slowest = max(late, key=lambda r: r.e2e or 0)
+            reason += (
+                f"; {len(late)} more came later, the slowest after {slowest.e2e or 0:.1f}s "
+                f"(trace {slowest.trace_id})"
+            )
+    return result(check, "workflow_fallbacks", len(timely), len(records), reason)

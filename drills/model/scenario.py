@@ -728,7 +728,9 @@ class Check(_Model):
     """workflow_* checks: the kind of workflow judged (default: every kind)."""
     within: Duration | None = None
     """workflows_served: an answer counts as served only when it came within this (a lookup
-    answered only after a frozen orchestrator thawed was starved, not served)."""
+    answered only after a frozen orchestrator thawed was starved, not served);
+    workflow_fallbacks: a fallback counts only when it came within this (the designed
+    degradation answers in time; one that came only after the fault ended proves no limit)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -759,8 +761,11 @@ class Check(_Model):
                 "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
                 "check: prometheus with source and metric"
             )
-        if self.within is not None and name != "workflows_served":
-            raise ValueError(f"check {name!r} takes no 'within' (only workflows_served does)")
+        if self.within is not None and name not in ("workflows_served", "workflow_fallbacks"):
+            raise ValueError(
+                f"check {name!r} takes no 'within' (only workflows_served and "
+                "workflow_fallbacks do)"
+            )
         missing = [f for f in family.fields if not getattr(self, f)]
         if missing:
             raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
