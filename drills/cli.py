@@ -775,6 +775,7 @@ def _run_twins(
     scenario: Scenario, doc: YamlDocument, options: RunOptions, args: argparse.Namespace
 ) -> int:
     """``drills run X --twin [NAME]``: the drill on its twins, one after another."""
+    from drills.engine.runner import attach_of
     from drills.engine.twins import pick_twins, run_twin
 
     twins = pick_twins(scenario, doc, args.twin or None)
@@ -821,7 +822,20 @@ def _run_twins(
             return EXIT_FAULT_LEFT
         if not outcome.held:
             code = EXIT_FAILED
+    if attach_of(scenario, options) is None:  # the drill's stack is an embedded profile
+        _after_the_twins(args)
     return code
+
+
+def _after_the_twins(args: argparse.Namespace) -> None:
+    """What the twins' runs left up in the state directory: the drill's own stack, which a
+    twin's gateway ran beside (a twin brought up whole replaced it). ``--stop-stack`` stops
+    it, as after the drill."""
+    from stack import control
+
+    current = control.status(args.state_dir)
+    if current.running:
+        _after_the_drill(current.stack, args)
 
 
 def _after_the_drill(profile: str, args: argparse.Namespace) -> None:

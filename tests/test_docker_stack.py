@@ -105,6 +105,7 @@ def test_pod_loss_docker_twin_fails_as_declared(
             str(state),
             "--out",
             str(tmp_path / "runs"),
+            "--stop-stack",
         ),
         capture_output=True,
         text=True,
@@ -123,6 +124,8 @@ def test_pod_loss_docker_twin_fails_as_declared(
     (kill,) = journal["faults"]
     (back,) = kill["after"]["containers"]
     assert back["restart_count"] >= 1 and back["ready_at"]
-    # Nothing is left once the stack is down.
-    control.down(state)
+    # --stop-stack: the drill's own stack, which the twin's gateway ran beside, is stopped
+    # after the twin (it was left up), and nothing of it is left.
+    assert "stack 'sound-docker': stopped (--stop-stack)" in result.stderr, result.stderr[-2000:]
+    assert not control.status(state).running
     assert docker_env.client.containers(labels={"drills.stack": "sound-docker"}) == []
