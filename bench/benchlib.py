@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import subprocess
 import time
 
 import httpx
 
+from drills.common.ports import free_port
+
 __all__ = ["alternate", "free_port", "report", "stop", "timed", "wait_until_up"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until_up(url: str, timeout: float = 30) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import httpx
 import yaml
 
 from drills.common.errors import StackError
+from drills.common.ports import free_port
 from stack.config import StackConfig, load_stack_config, profile_path
 
 __all__ = ["gateway_beside", "refusal"]
@@ -80,12 +80,6 @@ def _config(running_file: Path, twin_file: Path, twin: StackConfig, port: int) -
     return data
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def gateway_beside(running_file: Path, twin_profile: str, workdir: Path) -> Iterator[str]:
     """Run ``twin_profile``'s gateway in front of the hops of the stack whose config is
@@ -97,7 +91,7 @@ def gateway_beside(running_file: Path, twin_profile: str, workdir: Path) -> Iter
     if why is not None:
         raise StackError(f"profile {twin.name!r} cannot run beside {running.name!r}: {why}")
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port(running.host)
+    port = free_port(running.host)
     config = workdir / "stack.yaml"
     config.write_text(yaml.safe_dump(_config(running_file, twin_file, twin, port), sort_keys=False))
     load_stack_config(config)  # what the gateway will read is valid, or this says where not

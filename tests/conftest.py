@@ -10,7 +10,6 @@ same Toxiproxy proxies.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ import pytest
 import uvicorn
 import yaml
 
+from drills.common.ports import free_port
 from drills.common.system import pid_alive
 from drills.common.toxiproxy import Proxy, ToxiproxyClient
 from stack import control
@@ -36,14 +36,9 @@ pytest_plugins = ["pytester", "tests.docker_env", "tests.kube_env"]
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def relocated_profile(name: str, out: Path) -> Path:
-    """The shipped profile ``name`` with every port replaced by a free one."""
+    """The shipped profile ``name`` with every port replaced by a free one (none twice: see
+    ``drills.common.ports``)."""
     data = yaml.safe_load((PROFILES / f"{name}.yaml").read_text())
     data["toxiproxy"]["api_port"] = free_port()
     data["gateway"]["port"] = free_port()

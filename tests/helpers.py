@@ -3,7 +3,6 @@ Toxiproxy."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from drills.common.errors import ConfigError
+from drills.common.ports import free_port
 from drills.common.toxiproxy import ToxiproxyClient
 
 
@@ -119,9 +119,7 @@ def drill_with_docker_fault(tmp_path: Path, host: str, target: str = "vllm-0") -
 def toxiproxy_server(binary: Path) -> Iterator[ToxiproxyClient]:
     """A real toxiproxy-server (``binary``) on a free loopback port; yields its client and stops
     it afterwards."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [str(binary), "-host", "127.0.0.1", "-port", str(port)],
         stdout=subprocess.DEVNULL,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from drills.common.errors import LoadError
+from drills.common.ports import free_port
 from drills.load import LoadProcess, RecordReader
 from drills.load.arrivals import dispersion
 from drills.load.report import load_report
@@ -29,12 +29,6 @@ from drills.model.records import Record
 from drills.model.scenario import FallbackRule, LoadConfig, RemoteWorkers
 from tests.conftest import drills_cli
 from tests.test_open_loop import upstream as upstream  # the stub upstream fixture
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _load(url: str, tmp_path: Path, **load: Any) -> LoadProcess:
@@ -94,7 +88,7 @@ def test_a_worker_whose_clock_is_7s_ahead_is_moved_onto_the_masters_clock(
     """A remote worker, started the way a Job starts it (``drills load-worker``), on a host
     whose wall clock is 7 s ahead (libfaketime; its monotonic clock is shifted too, which
     changes nothing: only differences of it are used)."""
-    port = _free_port()
+    port = free_port()
     remote = RemoteWorkers(workers=1, bind=f"127.0.0.1:{port}", wait="30s")
     process = _load(upstream, tmp_path, users=2, wait="100ms", remote=remote)
     process.start()
@@ -141,7 +135,7 @@ def test_a_worker_that_never_comes_is_named_and_the_load_does_not_start(
     upstream: str,
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     remote = RemoteWorkers(workers=2, bind=f"127.0.0.1:{port}", wait="3s")
     process = _load(upstream, tmp_path, users=2, remote=remote, workers=1)
     process.start()
@@ -159,7 +153,7 @@ def test_a_worker_that_never_comes_is_named_and_the_load_does_not_start(
 
 
 def test_load_worker_refuses_a_master_it_cannot_reach_with_exit_2() -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     result = subprocess.run(
         drills_cli("load-worker", "--master", f"127.0.0.1:{port}", "--wait", "1s"),
         capture_output=True,

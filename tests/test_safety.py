@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -124,15 +123,9 @@ def test_policy_file_errors_are_located(tmp_path: Path) -> None:
     assert loaded.max_users == 4 and loaded.source == str(policy)
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_dry_run_prints_the_plan_and_contacts_nothing(tmp_path: Path) -> None:
     # Attach endpoints on a port where nothing listens: any contact would fail the command.
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     result = subprocess.run(
         drills_cli("run", str(SHIPPED), "--dry-run", "--gateway", dead, "--toxiproxy", dead),
         capture_output=True,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.common.errors import InputError, LoadError
+from drills.common.ports import free_port
 from drills.common.redact import redact_url
 from drills.load.report import sent_log_path, workers_log_path
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
@@ -173,9 +174,7 @@ class LoadProcess:
         if self.load.remote is not None:
             host, _, port = self.load.remote.bind.rpartition(":")
             return host, int(port)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return "127.0.0.1", int(sock.getsockname()[1])
+        return "127.0.0.1", free_port()
 
     def fleet(self) -> dict[str, Any]:
         """The fleet's health as the master last wrote it (empty before it wrote any)."""
