@@ -226,13 +226,19 @@ def _run_load(
     process = LoadProcess(
         upstream, config, FallbackRule(), [[{"role": "user", "content": prompt}]], path, 60
     )
+    log = sent_log_path(path)
     process.start()
     try:
+        # The schedule runs ``seconds`` from its first arrival (the sent log is written then), not
+        # from the process start: Locust's start-up took over a second of a 4 s run on a busy
+        # machine, and the schedule fell short of what the test counted on.
+        deadline = time.monotonic() + 30
+        while load.get("rate") and not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(seconds)
     finally:
         process.stop()
     records = RecordReader(path).read_new()
-    log = sent_log_path(path)
     return records, json.loads(log.read_text()) if log.exists() else {}, path
 
 
