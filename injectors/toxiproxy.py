@@ -4,14 +4,20 @@ Toxics are named ``drills-<run id>-<n>`` so that what a crashed run left behind 
 apart from anyone else's. Evidence is the proxy as Toxiproxy reports it after the change; the
 revert of a toxic falls back to recreating the proxy when Toxiproxy's own removal hangs (see
 ``drills.common.toxiproxy``).
+
+Cuts compose. Two ``toxiproxy.down`` faults of one process on one proxy (windows that overlap,
+or meet at a phase boundary) hold it down together: the proxy stays down until the last of them
+is reverted, which restores what was there before the first; each one's ledger entry carries
+that state too, so a sweep after a crash restores it whatever order it reverts them in.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from drills.common.errors import RevertError, ToxiproxyError
@@ -22,6 +28,20 @@ from injectors.base import InjectionContext
 __all__ = ["ToxiproxyInjector", "revert_entry"]
 
 TOXIC_PREFIX = "drills-"
+
+
+@dataclass
+class _Cut:
+    """The ``down`` faults holding one proxy down now, and whether it was enabled before the
+    first of them."""
+
+    enabled: bool
+    holders: set[str] = field(default_factory=set)
+
+
+_CUTS: dict[tuple[str, str], _Cut] = {}
+"""(Toxiproxy URL, proxy) -> the cut held on it by faults of this process."""
+_CUTS_LOCK = threading.Lock()  # faults due at one instant are applied in parallel threads
 
 
 class ToxiproxyInjector:
@@ -82,7 +102,15 @@ class ToxiproxyInjector:
             )
             started = time.time()
             if self.is_down:
-                client.set_enabled(self.target, False)
+                with _CUTS_LOCK:
+                    cut = _CUTS.get(self._key)
+                    if cut is None or not cut.holders:
+                        cut = _Cut(before.enabled)
+                    # Restored by the last of the cuts: what was there before the first.
+                    self.snapshot = replace(self.snapshot, enabled=cut.enabled)
+                    client.set_enabled(self.target, False)
+                    cut.holders.add(self.toxic_name)
+                    _CUTS[self._key] = cut
             else:
                 client.add_toxic(
                     self.target,
@@ -113,11 +141,33 @@ class ToxiproxyInjector:
             "toxics": [t.as_json() for t in after.toxics],
         }
 
+    @property
+    def _key(self) -> tuple[str, str]:
+        return (self.url, self.target)
+
     def revert(self) -> dict[str, Any]:
         if not self.applied:
             return {"reverted": False, "reason": "never applied"}
         started = time.time()
-        outcome = revert_entry(self.ledger_entry(), self.shared)
+        if self.is_down:
+            with _CUTS_LOCK:
+                cut = _CUTS.get(self._key)
+                if cut is not None:
+                    cut.holders.discard(self.toxic_name)
+                    others = sorted(cut.holders)
+                    if others:  # another fault still holds the proxy down: leave it so
+                        self.applied = False
+                        return {
+                            "reverted": True,
+                            "started_at": started,
+                            "finished_at": time.time(),
+                            "method": "still held",
+                            "held_by": others,
+                        }
+                outcome = revert_entry(self.ledger_entry(), self.shared)
+                _CUTS.pop(self._key, None)
+        else:
+            outcome = revert_entry(self.ledger_entry(), self.shared)
         self.applied = False
         return {"reverted": True, "started_at": started, "finished_at": time.time(), **outcome}
 

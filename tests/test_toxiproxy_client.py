@@ -6,19 +6,24 @@ about Toxiproxy and our client, not about what sits behind the proxy.
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 
 from drills.common.errors import ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
+from injectors.toxiproxy import revert_entry
 from stack.provision import ensure_toxiproxy
-from tests.conftest import free_port
+from tests.conftest import drills_cli, free_port, isolated_env
 from tests.helpers import serving, toxiproxy_server
+from tests.test_open_loop import Gateway as StubGateway
 
 
 class TrickleServer:
@@ -251,6 +256,42 @@ def test_down_fault_disables_the_hop_and_reverts(
         build(missing, InjectionContext("t3", toxiproxy.base_url, toxiproxy), 0).apply()
 
 
+@pytest.mark.parametrize("first_out", ["first", "second"])
+def test_two_cuts_of_one_hop_hold_it_down_until_the_last_is_reverted(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer, first_out: str
+) -> None:
+    """Overlapping ``toxiproxy.down`` windows on one proxy (or one phase's cut meeting the next
+    one's): the hop stays down while either holds it, and the last revert restores what was
+    there before the first, as does a sweep of their ledger entries in either order."""
+    from drills.model.scenario import Phase
+    from injectors import InjectionContext, build
+
+    proxy = _make_proxy(toxiproxy, upstream)
+    host, port = proxy.listen.rsplit(":", 1)
+    spec = Phase.model_validate(
+        {"name": "p", "duration": "10s", "inject": [{"kind": "toxiproxy.down", "target": "up"}]}
+    ).inject[0]
+    context = InjectionContext("t4", toxiproxy.base_url, toxiproxy)
+    one, two = build(spec, context, 0), build(spec, context, 1)
+    one.apply()
+    assert two.apply()["enabled"] is False
+    entries = [one.ledger_entry(), two.ledger_entry()]
+    assert [e["snapshot"]["enabled"] for e in entries] == [True, True]
+    out, last = (one, two) if first_out == "first" else (two, one)
+    held = out.revert()
+    assert held["method"] == "still held" and held["held_by"], held
+    assert not toxiproxy.proxy("up").enabled
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2)
+    assert last.revert()["method"] == "enabled"
+    assert toxiproxy.proxy("up").enabled
+    # A crashed run's sweep reverts both entries, in any order: the hop comes back up.
+    toxiproxy.set_enabled("up", False)
+    for entry in reversed(entries):
+        revert_entry(entry)
+    assert toxiproxy.proxy("up").enabled
+
+
 class NotToxiproxy(BaseHTTPRequestHandler):
     """Something else on the port a user named as their Toxiproxy: a web page."""
 
@@ -271,3 +312,45 @@ def test_a_url_that_is_not_toxiproxy_is_named_as_such() -> None:
         pytest.raises(ToxiproxyError, match=r"the answer is not Toxiproxy's list of proxies"),
     ):
         client.proxies()
+
+
+def test_a_hop_cut_in_two_phases_in_a_row_is_up_after_the_drill(
+    toxiproxy: ToxiproxyClient, upstream: TrickleServer, tmp_path: Path
+) -> None:
+    """The runner reverts the windows that end before it applies those that begin at the same
+    instant, and the cuts compose: a hop cut in two consecutive phases is up after the drill.
+    (It was left down, with every fault reported reverted and an empty ledger.) The load goes
+    to a stub gateway of ours; the faults go to a real Toxiproxy."""
+    toxiproxy.create(
+        Proxy("vllm-0", f"127.0.0.1:{free_port()}", f"127.0.0.1:{upstream.port}", True)
+    )
+    drill = tmp_path / "drill.yaml"
+    drill.write_text(
+        "drill: cut-twice\n"
+        "title: one hop cut in two phases in a row\n"
+        "load: {users: 1, prompts: [hi], warmup: 3s, timeout: 5s, max_tokens: 2, wait: 200ms}\n"
+        "phases:\n"
+        "  - {name: first, duration: 2s, inject: [{kind: toxiproxy.down, target: vllm-0}]}\n"
+        "  - {name: second, duration: 2s, inject: [{kind: toxiproxy.down, target: vllm-0}]}\n"
+        "  - {name: after, duration: 1s}\n"
+        "expect:\n"
+        "  - {during: first, check: error_rate, below: 0.5}\n"
+    )
+    with serving(StubGateway) as url:
+        result = subprocess.run(
+            drills_cli(
+                "run", str(drill), "--gateway", url, "--toxiproxy", toxiproxy.base_url,
+                "--out", str(tmp_path / "runs"),
+            ),
+            capture_output=True,
+            text=True,
+            env=isolated_env(tmp_path),
+            timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert toxiproxy.proxy("vllm-0").enabled
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    faults = json.loads((run_dir / "journal.json").read_text())["faults"]
+    first, second = sorted(faults, key=lambda f: f["applied_at"])
+    assert first["reverted_at"] <= second["applied_at"], faults  # reverted, then applied
+    assert first["evidence"]["enabled"] is second["evidence"]["enabled"] is False

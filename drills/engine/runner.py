@@ -893,6 +893,14 @@ class Runner:
                     self._event("phase_end", phase=current)
                 self._event("phase_start", phase=phase)
                 current = phase
+            # Windows that end now are reverted before those that begin now are applied: a
+            # fault in the next phase finds its target as the drill found it, not faulted.
+            ending = [
+                f
+                for f in faults
+                if f.applied_at is not None and f.reverted_at is None and now >= f.end
+            ]
+            parallel(lifecycle.revert, ending)
             due = [
                 f for f in faults if f.applied_at is None and f.error is None and now >= f.offset
             ]
@@ -907,12 +915,6 @@ class Runner:
                     }
                     self._event("aborted", **detail)
                     return detail
-            ending = [
-                f
-                for f in faults
-                if f.applied_at is not None and f.reverted_at is None and now >= f.end
-            ]
-            parallel(lifecycle.revert, ending)
             if now - last_tick >= 1.0:
                 last_tick = now
                 live.extend(reader.read_new())
