@@ -162,7 +162,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     faults = commands.add_parser(
-        "faults", help="list the faults in force on this machine's ledger, by run, with their age"
+        "faults",
+        help="list the faults in force on this machine's ledger, by run, with their age, and "
+        "what each running drill holds (one drill at a time on a stack or target)",
     )
     faults.add_argument(
         "--ledger", type=Path, help="the ledger of applied faults (default: $DRILLS_LEDGER)"
@@ -427,6 +429,7 @@ def _faults(args: argparse.Namespace) -> int:
 
     from drills.common.system import pid_alive
     from drills.engine.ledger import Ledger
+    from drills.engine.safety import active_runs
 
     entries = Ledger(_ledger(args.ledger)).entries()
     rows = [
@@ -440,14 +443,23 @@ def _faults(args: argparse.Namespace) -> int:
         }
         for key, e in sorted(entries.items())
     ]
+    holders = [
+        {k: run.get(k) for k in ("run_id", "what", "pid", "started_at", "claims")}
+        for run in active_runs()
+    ]
     if args.json:
-        return _print_json(rows)
+        return _print_json({"faults": rows, "runs": holders})
     if not rows:
         print("no fault is in force")
     for row in rows:
         age = f"{row['age_s']:.0f}s" if row["age_s"] is not None else "?"
         state = "run alive" if row["run_alive"] else "run gone: `drills abort` removes it"
         print(f"{row['run']}  {row['kind']} on {row['target']}  for {age}  ({state})")
+    for run in holders:  # who holds what: one drill at a time on each
+        since = clock.time() - float(run["started_at"] or clock.time())
+        print(f"run {run['run_id']}: {run['what']}, pid {run['pid']}, for {since:.0f}s, holds:")
+        for claim in run["claims"] or []:
+            print(f"  {claim}")
     return EXIT_OK
 
 

@@ -464,6 +464,28 @@ def test_sigterm_of_the_whole_process_group_reverts_everything_and_leaves_no_pro
         start_new_session=True,  # its own group, so the signal reaches it and not pytest
     )
     _wait_for_toxics(stack, 3)
+    # One drill at a time: a second one on the same stack (by its profile, where the first
+    # attached to it) is refused at once, naming the first, and touches nothing.
+    second = subprocess.run(
+        drills_cli(
+            "run", str(SHORT), "--profile", str(stack.config_path), "--state-dir",
+            str(stack.state_dir), "--out", str(tmp_path / "second"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DRILLS_LEDGER": str(tmp_path / "second-ledger.json")},
+    )  # fmt: skip
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert "drill short-latency (run " in second.stderr and f"pid {proc.pid}" in second.stderr
+    assert f"toxiproxy {stack.toxiproxy_url}" in second.stderr, second.stderr
+    assert "`drills faults`" in second.stderr and "nothing was applied" in second.stderr
+    assert len(stack.toxics()) == 3 and not (tmp_path / "second").exists()
+    holds = subprocess.run(
+        drills_cli("faults", "--json"), capture_output=True, text=True, timeout=60
+    )
+    (held,) = [r for r in json.loads(holds.stdout)["runs"] if r["pid"] == proc.pid]
+    assert f"gateway {stack.gateway_url}" in held["claims"], held
     watchdog = _watchdog_pid(tmp_path)
     os.killpg(proc.pid, signal.SIGTERM)
     output, _ = proc.communicate(timeout=90)

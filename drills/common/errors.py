@@ -5,7 +5,8 @@ Every error the tool raises on purpose derives from ``DrillsError``::
     DrillsError               context: a dict of what the error is about (shown by -v)
     ├── InputError            bad scenario, stack config, adapter or command line (exit code 2)
     │   ├── ConfigError       a file failed validation; carries file:line, field path and value
-    │   └── SafetyViolation   the drill would exceed the safety policy; nothing was applied
+    │   ├── SafetyViolation   the drill would exceed the safety policy; nothing was applied
+    │   └── RunConflict       another live drill holds what this one would drill; nothing applied
     ├── ProvisionError        an install step (engine venv, model, Toxiproxy) failed
     ├── StackError            the stack could not be brought up, reached or stopped
     │   └── StackNotRunning   an operation needs a running stack and there is none
@@ -46,6 +47,7 @@ __all__ = [
     "LoadError",
     "ProvisionError",
     "RevertError",
+    "RunConflict",
     "RunStopped",
     "SafetyViolation",
     "StackError",
@@ -98,6 +100,11 @@ class SafetyViolation(InputError):
         super().__init__(
             "refused by the safety policy (nothing was applied):\n  " + "\n  ".join(problems)
         )
+
+
+class RunConflict(InputError):
+    """Another live run holds what this one would drill (its stack, or a target it faults);
+    nothing was touched. ``context["holders"]``: the run ids that hold it."""
 
 
 class ProvisionError(DrillsError):

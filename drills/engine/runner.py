@@ -45,6 +45,7 @@ from drills.common.hop import HopClient, HopRecord
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument, format_path
+from drills.engine.claims import run_claims
 from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
@@ -97,6 +98,7 @@ __all__ = [
     "RunOptions",
     "Runner",
     "StackEndpoints",
+    "base_profile",
     "check_health",
     "resolve_stack",
 ]
@@ -168,6 +170,11 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     return own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
 
 
+def base_profile(scenario: Scenario, options: RunOptions) -> str:
+    """The profile the drill runs on: ``--profile``, else its ``stack:``, else ``sound``."""
+    return options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
+
+
 def attach_urls(attach: Attach | None) -> dict[str, str]:
     """What an attached drill would contact, by name (for the safety policy)."""
     if attach is None:
@@ -192,7 +199,7 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         )
     from stack import control
 
-    profile = options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
+    profile = base_profile(scenario, options)
     status = control.up(
         profile,
         options.state_dir,
@@ -242,9 +249,7 @@ def parts_for_all(scenarios: list[Scenario], options: RunOptions) -> frozenset[s
     parts: set[str] = set(options.with_parts)
     for scenario in scenarios:
         if attach_of(scenario, options) is None:
-            profile = options.profile or (
-                scenario.stack if isinstance(scenario.stack, str) else "sound"
-            )
+            profile = base_profile(scenario, options)
             parts |= set(needed_parts([scenario], load_stack_config(profile)))
     return frozenset(parts)
 
@@ -383,12 +388,15 @@ class Runner:
             check_profile(scenario, self.doc, self.options.profile)
         twin = f"twin-{self.options.twin.twin.key}-" if self.options.twin else ""
         run_dir = self.options.out_dir / f"{scenario.drill}-{twin}{self.run_id}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # A GPU fault where there is no such GPU: refused now, before the stack starts.
-        refuse_without_hardware(
-            scenario, self.doc, self.run_id, run_dir, attach_of(scenario, self.options)
-        )
-        with register_run(self.run_id, f"drill {scenario.drill}", run_dir) as abort_path:
+        attach = attach_of(scenario, self.options)
+        profile = base_profile(scenario, self.options)
+        # One drill at a time: refused here, before the stack is touched, when a live run of
+        # another process drills the same stack or target.
+        claims = run_claims(scenario, attach, profile, self.options.state_dir)
+        with register_run(self.run_id, f"drill {scenario.drill}", run_dir, claims) as abort_path:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            # A GPU fault where there is no such GPU: refused now, before the stack starts.
+            refuse_without_hardware(scenario, self.doc, self.run_id, run_dir, attach)
             try:
                 with self._beside_running_stack(run_dir):
                     return self._run(run_dir, abort_path)
@@ -403,7 +411,7 @@ class Runner:
         """With the user's stack up and a drill whose profile differs from it only in the
         gateway, that profile's gateway runs beside it for this run (``drills.engine.sharing``)
         rather than the run being refused."""
-        from drills.engine.sharing import base_profile, beside, running_host
+        from drills.engine.sharing import beside, running_host
 
         host = running_host(self.scenario, self.options)
         if host is None:

@@ -12,10 +12,16 @@ working directory, else the defaults below (loopback only, modest limits).
 The kill switch: every running drill registers itself under ``<state home>/runs``; ``drills
 abort`` writes who asked and why beside that entry and sends the run SIGUSR1, which makes it
 revert every fault at once and stop with status ``aborted``.
+
+One drill at a time: a run registers with its claims (the stack it drills: its Toxiproxy,
+gateway, L7 hop and state directory; and what it faults outside them), and a run whose claims
+meet a live run's is refused before anything is touched (``RunConflict``, exit code 2). A
+crashed run's claims go with its process (its faults are the ledger's sweep's to revert).
 """
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import getpass
 import json
@@ -24,7 +30,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +39,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from drills.common.errors import ConfigError, InputError, KillSwitch, SafetyViolation
-from drills.common.system import pid_alive, state_home
+from drills.common.errors import (
+    ConfigError,
+    InputError,
+    KillSwitch,
+    RunConflict,
+    SafetyViolation,
+)
+from drills.common.system import pid_alive, start_time, state_home
 from drills.common.units import Duration, format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_model
 
@@ -320,23 +332,65 @@ def runs_dir() -> Path:
     return path
 
 
+def _holding(claims: Sequence[str]) -> list[tuple[dict[str, Any], list[str]]]:
+    """The live runs of other processes that hold any of ``claims``, with what they hold."""
+    wanted = set(claims)
+    found = []
+    for run in active_runs():
+        if int(run["pid"]) == os.getpid():
+            continue  # a game day's drills, a drill's twins: one process, one holder
+        shared = sorted(wanted & set(run.get("claims") or []))
+        if shared:
+            found.append((run, shared))
+    return found
+
+
+def _refusal(holders: list[tuple[dict[str, Any], list[str]]]) -> str:
+    lines = []
+    for run, shared in holders:
+        age = time.time() - float(run.get("started_at") or time.time())
+        lines.append(
+            f"{run.get('what', 'a run')} (run {run['run_id']}, pid {run['pid']}, started "
+            f"{age:.0f}s ago) holds {', '.join(shared)}"
+        )
+    first = holders[0][0]["run_id"]
+    return (
+        "another drill is running on what this one would drill (one drill at a time; nothing "
+        "was applied):\n  "
+        + "\n  ".join(lines)
+        + "\n  see it with `drills faults`; wait for it to end, or stop it with "
+        f"`drills abort {first}`"
+    )
+
+
 @contextmanager
-def register_run(run_id: str, what: str, run_dir: Path) -> Iterator[Path]:
-    """Make this process findable by ``drills abort`` while the block runs; SIGUSR1 raises
-    ``KillSwitch``. Yields the path where an abort request would be written."""
+def register_run(
+    run_id: str, what: str, run_dir: Path, claims: Sequence[str] = ()
+) -> Iterator[Path]:
+    """Make this process findable by ``drills abort`` while the block runs, holding
+    ``claims``; SIGUSR1 raises ``KillSwitch``. Yields the path where an abort request would be
+    written. Raises ``RunConflict`` (nothing registered) when a live run of another process
+    holds any of ``claims``."""
     entry = runs_dir() / f"{run_id}.json"
     request = entry.with_suffix(".abort")
-    entry.write_text(
-        json.dumps(
-            {
-                "run_id": run_id,
-                "pid": os.getpid(),
-                "what": what,
-                "run_dir": str(run_dir),
-                "started_at": time.time(),
-            }
-        )
-    )
+    record = {
+        "run_id": run_id,
+        "pid": os.getpid(),
+        "starttime": start_time(os.getpid()),
+        "what": what,
+        "run_dir": str(run_dir),
+        "started_at": time.time(),
+        "claims": sorted(set(claims)),
+    }
+    # The check and the entry under one lock: two drills started at once cannot both pass.
+    with open(runs_dir() / ".claims.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        holders = _holding(claims)
+        if holders:
+            raise RunConflict(_refusal(holders), holders=[r["run_id"] for r, _ in holders])
+        tmp = entry.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(entry)
 
     def handler(signum: int, frame: object) -> None:
         raise KillSwitch(abort_request(request).get("reason") or "drills abort")
@@ -367,7 +421,9 @@ def active_runs() -> list[dict[str, Any]]:
             data = json.loads(entry.read_text())
         except (OSError, ValueError):
             continue
-        if pid_alive(int(data.get("pid", 0))):
+        pid = int(data.get("pid", 0))
+        started = data.get("starttime")
+        if pid_alive(pid) and (started is None or start_time(pid) == started):
             runs.append(data)
         else:
             entry.unlink(missing_ok=True)

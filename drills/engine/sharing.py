@@ -16,15 +16,10 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-from drills.engine.runner import RunOptions, attach_of, resolve_stack
+from drills.engine.runner import RunOptions, attach_of, base_profile, resolve_stack
 from drills.model.scenario import Attach, Scenario
 
 __all__ = ["base_profile", "beside", "cannot_share", "running_host"]
-
-
-def base_profile(scenario: Scenario, options: RunOptions) -> str:
-    """The profile the drill runs on: ``--profile``, else its ``stack:``, else ``sound``."""
-    return options.profile or (scenario.stack if isinstance(scenario.stack, str) else "sound")
 
 
 def cannot_share(scenario: Scenario, options: RunOptions, base: str, profile: str) -> str | None:
