@@ -80,6 +80,22 @@ def test_fault_outside_its_phase(tmp_path: Path) -> None:
     )
 
 
+def test_a_fault_window_of_zero_is_refused(tmp_path: Path) -> None:
+    text = LATENCY.replace("target: backup, latency: 3s}", "target: backup, latency: 3s, for: 0s}")
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert f":{line_of(text, 'for: 0s')} phases[1].inject[2].for:" in problem, problem
+    assert "a fault lasts longer than 0s" in problem and "(got '0s')" in problem
+
+
+def test_an_abort_condition_over_zero_seconds_is_refused(tmp_path: Path) -> None:
+    text = LATENCY.replace("above: 0.95, for: 45s}", "above: 0.95, for: 0s}")
+    path = write(tmp_path, text)
+    [problem] = problems(load_scenario, path)
+    assert f":{line_of(text, 'for: 0s')} abort_when[0].for:" in problem, problem
+    assert "longer than 0s" in problem
+
+
 def test_fault_on_a_hop_the_stack_does_not_have(tmp_path: Path) -> None:
     text = LATENCY.replace("target: backup, latency: 3s", "target: vllm-7, latency: 3s")
     path = write(tmp_path, text)

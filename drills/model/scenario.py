@@ -103,6 +103,16 @@ class FaultSpec(_Model):
     for_: Duration | None = Field(default=None, alias="for")
     """How long the fault lasts; by default until the phase ends."""
 
+    @field_validator("for_")
+    @classmethod
+    def _window(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(
+                "a fault lasts longer than 0s (e.g. for: 10s); leave 'for' out to keep it "
+                "until its phase ends"
+            )
+        return value
+
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
     )
@@ -841,6 +851,16 @@ class AbortCondition(_Model):
     below: float | None = Field(default=None, gt=0)
     for_: Duration = Field(default=10.0, alias="for")
     min_requests: int = Field(default=3, ge=1)
+
+    @field_validator("for_")
+    @classmethod
+    def _window(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(
+                "an abort condition judges the requests of the last 'for', which must be "
+                "longer than 0s (e.g. for: 10s)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _bound(self) -> AbortCondition:
