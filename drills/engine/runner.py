@@ -988,6 +988,10 @@ class Runner:
                 if stalled is not None:
                     return stalled
                 continue
+            # Judged once the phases have run as long as the window (as answer_rate is): a
+            # window that reaches back into the warm-up is not the drill's last ``for``.
+            if now - self.t0 < condition.for_:
+                continue
             window = [r for r in live if r.start >= now - condition.for_]
             if len(window) < condition.min_requests:
                 continue
