@@ -66,7 +66,10 @@ def start_engine_container(
                 host_config={
                     "network_mode": "host",
                     "restart_policy": {"Name": spec["restart"]},
-                    "binds": [f"{m}:{m}:ro" for m in spec["mounts"]],
+                    # Read-only, but for the folders the engine writes and keeps (its vLLM
+                    # cache), mounted over them: Docker mounts the deeper path last.
+                    "binds": [f"{m}:{m}:ro" for m in spec["mounts"]]
+                    + [f"{m}:{m}:rw" for m in spec.get("writable", [])],
                     "tmpfs": {"/tmp": "rw,exec"},
                     "shm_size": 1 << 30,
                 },
