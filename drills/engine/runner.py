@@ -82,6 +82,7 @@ from drills.model.scenario import (
     AbortCondition,
     Attach,
     Scenario,
+    SpikeShape,
     check_adapter_hops,
     check_profile,
     check_targets,
@@ -168,6 +169,13 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     if given is None or own is None:
         return given or own
     return own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
+
+
+def scenario_sends_at_once(scenario: Scenario) -> bool:
+    """Whether the load sends from its start: not a spike shape from zero users, which sends
+    nothing until its ``at`` (counted from the drill's start)."""
+    shape = scenario.load.shape
+    return not (isinstance(shape, SpikeShape) and shape.base == 0)
 
 
 def base_profile(scenario: Scenario, options: RunOptions) -> str:
@@ -562,6 +570,11 @@ class Runner:
                     for planned in faults:
                         stack.callback(lifecycle.revert, planned)
                     load.wait_for_workers()
+                    # The warm-up counts from the load's first request, not from its process's
+                    # start (Locust's start-up took 1-3 s on a busy 2-core machine, and a drill
+                    # with a short warm-up opened its first window on no load).
+                    if scenario_sends_at_once(self.scenario):
+                        load.wait_started()
                     self._warmup(reader, outcome.live)
                     self.t0 = time.time()
                     load.mark_origin(self.t0)

@@ -24,7 +24,7 @@ from typing import Any
 from drills.common.errors import InputError, LoadError
 from drills.common.ports import free_port
 from drills.common.redact import redact_url
-from drills.load.report import sent_log_path, workers_log_path
+from drills.load.report import sent_log_path, started_path, workers_log_path
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.records import Record
@@ -77,6 +77,7 @@ class LoadProcess:
             "gateway": redact_url(self.gateway),
             "records": str(self.records),
             "sent_log": str(sent_log_path(self.records)),
+            "started_file": str(started_path(self.records)),
             "workers_log": str(workers_log_path(self.records)),
             "origin_file": str(self.records.with_suffix(".origin")),
             "workers_expected": self.load.expected_workers(),
@@ -200,6 +201,28 @@ class LoadProcess:
                 break
             time.sleep(0.2)
         raise LoadError(self._missing(expected))
+
+    def wait_started(self, timeout: float = 60.0) -> float:
+        """Wait until the load has sent its first request (a single process says so; a fleet's
+        first record says so); return when it did (epoch seconds). Raises ``LoadError`` when
+        the load process ended first, or nothing was sent within ``timeout``: a drill whose
+        windows opened before its load ran judged its first seconds on no load at all."""
+        marker, deadline = started_path(self.records), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return float(marker.read_text())
+            except (OSError, ValueError):
+                pass
+            if self.records.exists() and self.records.stat().st_size > 0:
+                return time.time()
+            if self.process is not None and self.process.poll() is not None:
+                log = self.records.with_suffix(".locust.log")
+                raise LoadError(
+                    f"the load process exited with code {self.process.returncode} before it "
+                    f"sent a request; see {log}"
+                )
+            time.sleep(0.05)
+        raise LoadError(f"the load sent no request within {timeout:g}s of its start")
 
     def _missing(self, expected: int) -> str:
         came = [p["id"] for p in self.fleet().get("processes", []) if p.get("role") == "worker"]

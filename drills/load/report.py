@@ -34,6 +34,11 @@ def sent_log_path(records: Path) -> Path:
     return records.with_suffix(".sent.json")
 
 
+def started_path(records: Path) -> Path:
+    """Where the load process writes when it sent its first request (epoch seconds)."""
+    return records.with_suffix(".started")
+
+
 def workers_log_path(records: Path) -> Path:
     """Where the load processes' health is written (by the master, or the single process)."""
     return records.with_suffix(".workers.json")
