@@ -34,7 +34,7 @@ from drills.model.journal import Journal
 from drills.model.records import Record
 from drills.model.scenario import FallbackRule, LoadConfig, load_scenario
 from stack.provision import ensure_toxiproxy
-from tests.conftest import drills_cli, isolated_env
+from tests.conftest import drills_cli, isolated_env, run_drill
 from tests.helpers import problems, serving, toxiproxy_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -336,16 +336,9 @@ def test_a_drill_whose_open_loop_load_fell_short_fails_saying_so(tmp_path: Path)
         "  - {during: baseline, check: error_rate, below: 0.5}\n"
     )
     with serving(Gateway) as url, toxiproxy_server(ensure_toxiproxy()) as toxiproxy:
-        result = subprocess.run(
-            drills_cli(
-                "run", str(drill), "--gateway", url, "--toxiproxy", toxiproxy.base_url,
-                "--out", str(tmp_path / "runs"),
-            ),
-            capture_output=True,
-            text=True,
-            env=isolated_env(tmp_path),
-            timeout=120,
-        )  # fmt: skip
+        result, _ = run_drill(
+            drill, tmp_path, "--gateway", url, "--toxiproxy", toxiproxy.base_url, timeout=120
+        )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "  load: asked 8 requests/s (constant)" in result.stdout
     assert "  LOAD FELL SHORT: " in result.stdout and "verdict: failed" in result.stdout

@@ -6,9 +6,7 @@ about Toxiproxy and our client, not about what sits behind the proxy.
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from drills.common.errors import ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from injectors.toxiproxy import revert_entry
 from stack.provision import ensure_toxiproxy
-from tests.conftest import drills_cli, free_port, isolated_env
+from tests.conftest import free_port, run_drill
 from tests.helpers import serving, toxiproxy_server
 from tests.test_open_loop import Gateway as StubGateway
 
@@ -337,20 +335,12 @@ def test_a_hop_cut_in_two_phases_in_a_row_is_up_after_the_drill(
         "  - {during: first, check: error_rate, below: 0.5}\n"
     )
     with serving(StubGateway) as url:
-        result = subprocess.run(
-            drills_cli(
-                "run", str(drill), "--gateway", url, "--toxiproxy", toxiproxy.base_url,
-                "--out", str(tmp_path / "runs"),
-            ),
-            capture_output=True,
-            text=True,
-            env=isolated_env(tmp_path),
-            timeout=120,
-        )  # fmt: skip
+        result, (journal,) = run_drill(
+            drill, tmp_path, "--gateway", url, "--toxiproxy", toxiproxy.base_url, timeout=120
+        )
     assert result.returncode == 0, result.stdout + result.stderr
     assert toxiproxy.proxy("vllm-0").enabled
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    faults = json.loads((run_dir / "journal.json").read_text())["faults"]
+    faults = journal["faults"]
     first, second = sorted(faults, key=lambda f: f["applied_at"])
     assert first["reverted_at"] <= second["applied_at"], faults  # reverted, then applied
     assert first["evidence"]["enabled"] is second["evidence"]["enabled"] is False
