@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             install()
         except ProvisionError as exc:
-            print(f"install: {name} ({what}) failed: {exc}", file=sys.stderr)
+            print(f"install: {name}, {what}: failed: {exc}", file=sys.stderr)
             return 1
-        print(f"install: {name} ({what}) ready in {time.monotonic() - started:.0f}s", flush=True)
+        print(f"install: {name}, {what}: ready in {time.monotonic() - started:.0f}s", flush=True)
     return 0
 
 
