@@ -570,12 +570,12 @@ class Runner:
                     for planned in faults:
                         stack.callback(lifecycle.revert, planned)
                     load.wait_for_workers()
-                    # The warm-up counts from the load's first request, not from its process's
-                    # start (Locust's start-up took 1-3 s on a busy 2-core machine, and a drill
-                    # with a short warm-up opened its first window on no load).
+                    self._warmup(reader, outcome.live)
+                    # And no window opens before the load has sent its first request: Locust's
+                    # start-up took 1-3 s on a busy 2-core machine, and a drill with a shorter
+                    # warm-up opened its first window on no load.
                     if scenario_sends_at_once(self.scenario):
                         load.wait_started()
-                    self._warmup(reader, outcome.live)
                     self.t0 = time.time()
                     load.mark_origin(self.t0)
                     for name, (start, end) in self._phase_offsets().items():

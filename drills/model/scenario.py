@@ -577,8 +577,8 @@ class LoadConfig(_Model):
     otherwise run in step, and a fault at one instant meets all of them at the same point of
     their requests."""
     warmup: Duration = 10.0
-    """Load runs this long before the first phase starts, counted from its first request (not
-    from its process's start); its requests count in no window."""
+    """Load runs this long before the first phase starts (from its processes' start, and at
+    least until it has sent its first request); its requests count in no window."""
     timeout: Duration = 60.0
     """The client's own timeout for one request."""
     model: str | None = None
