@@ -138,6 +138,29 @@ def toxiproxy_server(binary: Path) -> Iterator[ToxiproxyClient]:
         server.wait(timeout=10)
 
 
+def drill_account(journal: dict[str, Any]) -> str:
+    """Why a drill failed, in full (a plain string): each failed check with what it observed and
+    why, and the errors the client saw, counted by phase and kind, with when the first came."""
+    lines = [f"verdict {journal.get('verdict')} status {journal.get('status')}"]
+    for check in journal.get("checks", []):
+        if not check["passed"]:
+            lines.append(
+                f"  FAIL {check['label']}: observed {check.get('observed')} "
+                f"expected {check.get('expected')}: {check.get('reason')}"
+            )
+    errors: dict[tuple[str, str], list[float]] = {}
+    for record in journal.get("records", []):
+        if record.get("error"):
+            key = (str(record.get("phase")), str(record["error"])[:160])
+            errors.setdefault(key, []).append(record["start"])
+    t0 = journal.get("t0") or journal.get("started_at") or 0
+    for (phase, error), starts in sorted(errors.items()):
+        lines.append(
+            f"  {len(starts)} error(s) in {phase}, first at t0+{min(starts) - t0:.1f}s: {error}"
+        )
+    return "\n".join(lines)
+
+
 def twin_account(journal: dict[str, Any]) -> str:
     """Why a twin run held or not, in full (a plain string, which pytest prints whole where it
     cuts a dict short): how the run ended, what it missed, what failed unnamed, and every check's

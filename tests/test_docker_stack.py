@@ -20,7 +20,7 @@ from stack import control
 from stack.config import load_stack_config
 from tests.conftest import drills_cli, isolated_env, relocated_profile
 from tests.docker_env import DockerEnv
-from tests.helpers import twin_account
+from tests.helpers import drill_account, twin_account
 
 pytestmark = [pytest.mark.docker, pytest.mark.stack]
 
@@ -76,8 +76,7 @@ def test_pod_loss_drill_docker_variant(
         stack_config=str(config_path),
     )
     journal = Runner(scenario, doc, options).run().model_dump(mode="json")
-    failed = [c for c in journal["checks"] if not c["passed"]]
-    assert journal["verdict"] == "passed", failed
+    assert journal["verdict"] == "passed", drill_account(journal)
     (kill,) = journal["faults"]
     (hit,) = kill["evidence"]["containers"]
     assert hit["before"]["name"].startswith("drills-sound-docker-vllm-0-")

@@ -22,7 +22,7 @@ from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
 from tests.conftest import RunningStack, run_twin
-from tests.helpers import twin_account
+from tests.helpers import drill_account, twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
 POD_LOSS = ROOT / "tests" / "scenarios" / "short-pod-loss.yaml"
@@ -146,8 +146,7 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
     before = control.status(stack.state_dir)
     old_pid = next(c for c in before.components if c.name == "vllm-0").pid
     journal = run_drill(POD_LOSS, stack.gateway_url, stack, tmp_path)
-    failed = [c for c in journal["checks"] if not c["passed"]]
-    assert journal["verdict"] == "passed", failed
+    assert journal["verdict"] == "passed", drill_account(journal)
     (kill,) = journal["faults"]
     assert kill["evidence"]["pid"] == old_pid and kill["evidence"]["signal"] == "SIGKILL"
     after = kill["after"]

@@ -10,7 +10,7 @@ import pytest
 from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, load_scenario
 from tests.conftest import RunningStack, run_twin
-from tests.helpers import twin_account
+from tests.helpers import drill_account, twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -55,8 +55,7 @@ def verdicts(journal: dict) -> dict[str, dict]:
 
 def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
     journal = run(VECTOR_DB_OUTAGE, stack.gateway_url, stack, tmp_path)
-    failed = [c for c in journal["checks"] if not c["passed"]]
-    assert journal["verdict"] == "passed", failed
+    assert journal["verdict"] == "passed", drill_account(journal)
     checks = verdicts(journal)
     assert checks["missing_context_share during fault"]["observed"] >= 0.9
     assert checks["retrieval_recall during baseline"]["observed"] >= 0.8
@@ -88,8 +87,7 @@ def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
 
 def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
     journal = run(TOOL_SATURATION, stack.gateway_url, stack, tmp_path)
-    failed = [c for c in journal["checks"] if not c["passed"]]
-    assert journal["verdict"] == "passed", failed
+    assert journal["verdict"] == "passed", drill_account(journal)
     fault = journal["faults"][0]
     assert fault["kind"] == "tool.saturate"
     # Evidence: the tool server's pool was full, and what the flood did is in the journal.
