@@ -741,8 +741,8 @@ def _run_drill(args: argparse.Namespace) -> int:
     print(f"report: {Path(journal.run_dir) / 'index.html'}")
     if journal.stack.profile:
         _after_the_drill(journal.stack.profile, args)
-    if journal.rollbacks.failed:
-        for line in journal.rollbacks.failed:
+    if journal.rollbacks.left:
+        for line in journal.rollbacks.left:
             print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
         return EXIT_FAULT_LEFT
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
@@ -828,8 +828,8 @@ def _run_twins(
             print(f"  not applied: {skipped}")
         print(outcome.summary())
         print(f"report: {Path(journal.run_dir) / 'index.html'}")
-        if journal.rollbacks.failed:
-            for line in journal.rollbacks.failed:
+        if journal.rollbacks.left:
+            for line in journal.rollbacks.left:
                 print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
             return EXIT_FAULT_LEFT
         if not outcome.held:

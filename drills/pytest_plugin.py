@@ -367,10 +367,10 @@ class RevertItem(_DrillItem):
     def runtest(self) -> None:
         outcome = self._ran()
         assert outcome.journal is not None
-        if outcome.journal.rollbacks.failed:
+        if outcome.journal.rollbacks.left:
             raise DrillFailed(
-                "faults that could not be reverted:\n  "
-                + "\n  ".join(outcome.journal.rollbacks.failed)
+                "left in force after the drill (reverts that failed, or the chain differs "
+                "from before it):\n  " + "\n  ".join(outcome.journal.rollbacks.left)
             )
 
 
@@ -403,6 +403,6 @@ class TwinHeldItem(_DrillItem):
         assert outcome.journal is not None and outcome.journal.twin is not None
         twin = outcome.journal.twin
         problems = [] if twin.held else [twin.summary()]
-        problems += [f"not reverted: {line}" for line in outcome.journal.rollbacks.failed]
+        problems += [f"not reverted: {line}" for line in outcome.journal.rollbacks.left]
         if problems:
             raise DrillFailed("\n".join(problems))

@@ -36,7 +36,7 @@ def junit_suite(journal: Journal) -> ET.Element:
     if journal.twin is not None:
         return twin_suite(journal)
     checks = journal.checks
-    failed = journal.rollbacks.failed
+    failed = journal.rollbacks.left
     stopped = journal.status in (RunStatus.ABORTED, RunStatus.INTERRUPTED)
     suite = ET.Element(
         "testsuite",
@@ -67,7 +67,7 @@ def junit_suite(journal: Journal) -> ET.Element:
     revert = ET.SubElement(suite, "testcase", classname=classname, name="every fault reverted")
     if failed:
         failure = ET.SubElement(
-            revert, "failure", message="a fault could not be reverted", type="RevertFailed"
+            revert, "failure", message="a fault was left in force", type="RevertFailed"
         )
         failure.text = "\n".join(failed)
     if stopped:
@@ -127,12 +127,12 @@ def twin_suite(journal: Journal) -> ET.Element:
         failures += 1
         failure = ET.SubElement(held, "failure", message=twin.summary(), type="TwinNotHeld")
         failure.text = twin.summary()
-    if journal.rollbacks.failed:
+    if journal.rollbacks.left:
         failures += 1
         failure = ET.SubElement(
-            held, "failure", message="a fault could not be reverted", type="RevertFailed"
+            held, "failure", message="a fault was left in force", type="RevertFailed"
         )
-        failure.text = "\n".join(journal.rollbacks.failed)
+        failure.text = "\n".join(journal.rollbacks.left)
     suite.set("tests", str(len(journal.checks) + 1))
     suite.set("failures", str(failures))
     suite.set("errors", "0")

@@ -86,9 +86,9 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
                 lines.append(f"- {row['phase']}: {row['straddling']} of {row['requests']} ({why})")
     if journal.aborted:
         lines += ["", f"Aborted: `{journal.aborted}`"]
-    if journal.rollbacks.failed:
-        lines += ["", "Faults that could not be reverted:"]
-        lines += [f"- {_cell(e)}" for e in journal.rollbacks.failed]
+    if journal.rollbacks.left:
+        lines += ["", "Left in force after the drill (failed reverts, or a changed chain):"]
+        lines += [f"- {_cell(e)}" for e in journal.rollbacks.left]
     for action in journal.rollbacks.watchdog:
         done = "reverted" if action.get("event") == "reverted" else "could not revert"
         lines += [

@@ -19,11 +19,13 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from drills.common.system import pid_alive
+from drills.common.toxiproxy import Toxic, ToxiproxyClient
 from drills.engine.ledger import Ledger
 from drills.engine.runner import Runner, RunOptions
 from drills.model.scenario import Attach, FaultSpec, load_scenario
-from injectors import register
+from injectors import InjectionContext, register
 from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
+from tests.helpers import drill_account
 
 pytestmark = pytest.mark.stack
 
@@ -73,8 +75,7 @@ def test_shipped_latency_drill_passes_on_the_sound_stack(
     stack: RunningStack, tmp_path: Path
 ) -> None:
     journal = run(SHIPPED, stack.gateway_url, stack, tmp_path)
-    failed = [c for c in journal["checks"] if not c["passed"]]
-    assert journal["verdict"] == "passed", failed
+    assert journal["verdict"] == "passed", drill_account(journal)
     assert journal["status"] == "completed"
     # Evidence that each fault landed, read back from Toxiproxy, and that each was reverted.
     for fault in journal["faults"]:
@@ -254,7 +255,7 @@ def test_faults_left_by_a_killed_run_and_its_killed_watchdog_are_removed_by_the_
     assert "removed 3 fault(s) left behind by an earlier run" in html
     assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
     assert Ledger(tmp_path / "ledger.json").entries() == {}
-    assert journal["verdict"] == "passed", [c for c in journal["checks"] if not c["passed"]]
+    assert journal["verdict"] == "passed", drill_account(journal)
 
 
 def test_abort_condition_stops_the_drill_and_reverts(
@@ -302,10 +303,41 @@ class _BrokenRevert:
         return {"method": "nothing to undo"}
 
 
+class _ForgetfulRevertFault(FaultSpec):
+    kind: Literal["test.forgetful_revert"]
+
+
+class _ForgetfulRevert:
+    """A fault whose revert says it removed its toxic and did not: only the chain read after
+    the drill against the chain read before it can tell."""
+
+    spec = _ForgetfulRevertFault
+    TOXIC = Toxic("forgotten", "latency", attributes={"latency": 1})
+
+    def __init__(self, fault: _ForgetfulRevertFault, context: InjectionContext, index: int) -> None:
+        self.kind, self.target, self.url = fault.kind, fault.target, context.toxiproxy_url
+
+    def apply(self) -> dict:
+        with ToxiproxyClient(self.url) as client:
+            client.add_toxic(self.target, self.TOXIC)
+        return {"applied_at": time.time()}
+
+    def revert(self) -> dict:
+        return {"method": "toxic removed"}  # it was not
+
+    def ledger_entry(self) -> dict:
+        return {"kind": self.kind, "target": self.target}
+
+    @staticmethod
+    def revert_entry(entry: dict) -> dict:
+        return {"method": "nothing to undo"}
+
+
 def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_journal(
     stack: RunningStack, toxi: object, tmp_path: Path
 ) -> None:
     register("test.broken_revert", _BrokenRevert)
+    register("test.forgetful_revert", _ForgetfulRevert)
     drill = tmp_path / "broken-revert.yaml"
     drill.write_text(
         SHORT.read_text()
@@ -313,12 +345,23 @@ def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_jou
         .replace(
             "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n",
             "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n"
-            "      - {kind: test.broken_revert, target: nothing}\n",
+            "      - {kind: test.broken_revert, target: nothing}\n"
+            "      - {kind: test.forgetful_revert, target: vllm-1}\n",
         )
     )
-    journal = run(drill, stack.gateway_url, stack, tmp_path)
-    # Every toxic is gone although one revert in the same exit stack raised.
-    assert all(p.toxics == () for p in stack.toxiproxy.proxies().values())
+    try:
+        journal = run(drill, stack.gateway_url, stack, tmp_path)
+        # Every toxic the drill's faults reverted is gone although one revert in the same exit
+        # stack raised; the one a revert only said it removed is still there.
+        left = {n: p.toxics for n, p in stack.toxiproxy.proxies().items() if p.toxics}
+        assert left == {"vllm-1": (_ForgetfulRevert.TOXIC,)}, left
+    finally:
+        stack.toxiproxy.remove_toxic("vllm-1", _ForgetfulRevert.TOXIC.name)
+    # The chain read after the drill says so, whatever the revert claimed.
+    assert journal["rollbacks"]["differs"] == [
+        "proxy vllm-1: toxic left behind: forgotten (latency, downstream, toxicity 1, "
+        "{'jitter': 0, 'latency': 1})"
+    ]
     assert journal["status"] == "failed" and journal["verdict"] == "failed"
     assert journal["rollbacks"]["failed"] == [
         "test.broken_revert on nothing: RuntimeError: the revert has a bug"
@@ -331,6 +374,8 @@ def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_jou
     assert all(a["error"] == "RuntimeError: the revert has a bug" for a in tries)
     assert tries[3]["at"] - tries[0]["at"] >= 0.5 + 1 + 2 - 0.1
     assert all(f["reverted_at"] for f in journal["faults"] if f["kind"] != "test.broken_revert")
+    summary = (Path(journal["run_dir"]) / "summary.md").read_text()
+    assert "differs from before the drill: proxy vllm-1: toxic left behind" in summary
     # Its ledger entry stays for the next sweep; the others are gone.
     assert [e["kind"] for e in Ledger(tmp_path / "ledger.json").entries().values()] == [
         "test.broken_revert"

@@ -45,6 +45,7 @@ from drills.common.hop import HopClient, HopRecord
 from drills.common.redact import redact, redact_url
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument, format_path
+from drills.engine.chain import ChainState, differences, read_chain
 from drills.engine.claims import run_claims
 from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
@@ -90,6 +91,7 @@ from drills.model.scenario import (
 )
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, build
+from stack.state import read_state
 
 if TYPE_CHECKING:
     from drills.engine.twins import TwinPlan
@@ -343,6 +345,8 @@ class Runner:
         self._hop_since = 0
         self._began = time.time()
         self._watchdog_actions: list[dict[str, Any]] = []
+        self._differs: list[str] = []  # the chain after the drill against before it
+        self._unread: list[str] = []
 
     @property
     def revert_errors(self) -> list[str]:
@@ -463,6 +467,7 @@ class Runner:
             if endpoints.hop is not None:
                 with HopClient(endpoints.hop) as hop:
                     self._hop_since = hop.next_seq()  # this run's records begin here
+            before = self._read_chain(endpoints, state_dir)
             # The dead-man's switch: reverts this run's faults if the runner dies or hangs.
             watchdog = Watchdog.start(self.run_id, ledger.path, run_dir)
             try:
@@ -473,6 +478,11 @@ class Runner:
             for action in self._watchdog_actions:
                 detail = {k: v for k, v in action.items() if k != "event"}
                 self._event(f"watchdog_{action['event']}", **detail)
+            after = self._read_chain(endpoints, state_dir)
+            self._differs = differences(before, after)
+            self._unread = sorted({*before.unread, *after.unread})
+            for line in self._differs:
+                self._say(f"the chain differs from before the drill: {line}", "warning")
         finally:
             shared.close()
         self._observe(faults)
@@ -648,7 +658,11 @@ class Runner:
             faults=ev.faults,
             aborted=outcome.abort,
             rollbacks=Rollbacks(
-                failed=list(self.revert_errors), swept=swept, watchdog=self._watchdog_actions
+                failed=list(self.revert_errors),
+                swept=swept,
+                watchdog=self._watchdog_actions,
+                differs=self._differs,
+                unread=self._unread,
             ),
             records=ev.records,
             hop_records=ev.hop_records or [],
@@ -675,7 +689,7 @@ class Runner:
         run did not keep its own timeline), or when its load fell short (the stack was judged
         on less traffic than the drill asked for)."""
         if status is RunStatus.COMPLETED and (
-            self.revert_errors or self._watchdog_actions or delivered.short
+            self.revert_errors or self._differs or self._watchdog_actions or delivered.short
         ):
             return RunStatus.FAILED
         return status
@@ -731,6 +745,14 @@ class Runner:
             self._tool_audit(state_dir),
         )
 
+    @staticmethod
+    def _read_chain(endpoints: StackEndpoints, state_dir: Path | None) -> ChainState:
+        """The chain's state now: Toxiproxy's proxies, the L7 hop's faults and the embedded
+        stack's processes (``drills.engine.chain``)."""
+        state = read_state(state_dir) if state_dir is not None else None
+        components = state.components if state is not None else None
+        return read_chain(endpoints.toxiproxy, endpoints.hop, components)
+
     def _tool_audit(self, state_dir: Path | None) -> list[dict[str, Any]] | None:
         """The embedded tool server's audit log since the run began, when the drill has a
         check that reads it (``drills.checks.agent``)."""
@@ -766,8 +788,6 @@ class Runner:
     def _components(self, state_dir: Path | None) -> list[str] | None:
         """The stack's components, or ``None`` when the drill has no process fault; raise
         ``ConfigError`` when it has one and no embedded stack state is known."""
-        from stack.state import read_state
-
         process = [
             (i, j)
             for i, p in enumerate(self.scenario.phases)

@@ -311,6 +311,17 @@ class Rollbacks(_Model):
     watchdog: list[dict[str, Any]] = Field(default_factory=list)
     """What the run's watchdog reverted (or tried to) while the runner lived: a fault that
     outlived its scheduled end by more than the grace period (``drills.engine.watchdog``)."""
+    differs: list[str] = Field(default_factory=list)
+    """How the chain read after the last revert differs from the chain read before the first
+    fault (``drills.engine.chain``): a proxy left disabled, a toxic or hop fault left behind,
+    a process left stopped, whatever the injectors said of their reverts."""
+    unread: list[str] = Field(default_factory=list)
+    """The parts of the chain that could not be read before or after, so were not compared."""
+
+    @property
+    def left(self) -> list[str]:
+        """Everything the drill may have left in force: failed reverts, then differences."""
+        return [*self.failed, *(f"differs from before the drill: {d}" for d in self.differs)]
 
 
 class Journal(_Model):
