@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drills import __version__
 from drills.common.errors import (
@@ -97,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the resolved targets, faults and timeline; touch nothing",
     )
-    run.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as JSON (with --dry-run: the plan); progress stays on stderr",
+    )
     run.add_argument(
         "--twin",
         nargs="?",
@@ -127,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     _safety_args(gate)
     gate.add_argument("--dry-run", action="store_true", help="print each drill's plan; run none")
     gate.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcomes as JSON (with --dry-run: the plans); progress stays on stderr",
+    )
+    gate.add_argument(
         "--twins",
         action="store_true",
         help="run each drill on its twins too, after its own stack (a JUnit suite per twin)",
@@ -147,6 +156,11 @@ def _parser() -> argparse.ArgumentParser:
     day.add_argument("--as", dest="person", help="the name recorded for terminal answers")
     _safety_args(day)
     day.add_argument("--dry-run", action="store_true", help="print the whole plan; touch nothing")
+    day.add_argument(
+        "--json",
+        action="store_true",
+        help="print the day's outcome as JSON (with --dry-run: its plan); progress on stderr",
+    )
 
     note = commands.add_parser("note", help="add an observer note to the running game day")
     note.add_argument("text")
@@ -214,6 +228,9 @@ def _parser() -> argparse.ArgumentParser:
         "policies, recall queries), each recognised by its keys; touches nothing",
     )
     val.add_argument("files", type=Path, nargs="+")
+    val.add_argument(
+        "--json", action="store_true", help="print each file's kind as JSON (problems: exit 2)"
+    )
 
     rep = commands.add_parser("report", help="re-render the reports of a run from its journal")
     rep.add_argument("run_dir", type=Path)
@@ -347,6 +364,10 @@ def _validate(args: argparse.Namespace) -> int:
     from drills.validate import validate_files
 
     valid, problems = validate_files(args.files)
+    if args.json:
+        listed = [{"path": str(path), "kind": kind} for path, kind in valid]
+        print(json.dumps({"valid": listed, "problems": problems}, indent=2))
+        return EXIT_USAGE if problems else EXIT_OK
     for path, kind in valid:
         print(f"{path}: valid {kind}")
     if problems:
@@ -533,17 +554,28 @@ def _options(args: argparse.Namespace) -> RunOptions:
     )
 
 
-def _print_plan(scenario: Scenario, doc: YamlDocument, options: RunOptions, as_json: bool) -> bool:
-    """Print a dry run; return whether the safety policy allows the drill."""
-    from drills.dryrun import describe, dry_run
+def _plan(scenario: Scenario, doc: YamlDocument, options: RunOptions) -> dict[str, Any]:
+    """A drill's dry run (``drills.dryrun``): what it would do, touching nothing."""
+    from drills.dryrun import dry_run
 
     assert options.safety is not None
-    plan = dry_run(scenario, doc, options, options.safety)
+    return dry_run(scenario, doc, options, options.safety)
+
+
+def _print_plan(scenario: Scenario, doc: YamlDocument, options: RunOptions, as_json: bool) -> bool:
+    """Print a dry run; return whether the safety policy allows the drill."""
+    from drills.dryrun import describe
+
+    plan = _plan(scenario, doc, options)
     if as_json:
         print(json.dumps(plan, indent=2))
     else:
         print("\n".join(describe(plan)))
     return not plan["safety"]["refused"]
+
+
+def _allowed(plans: list[dict[str, Any]]) -> int:
+    return EXIT_USAGE if any(p["safety"]["refused"] for p in plans) else EXIT_OK
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -555,6 +587,10 @@ def _gate(args: argparse.Namespace) -> int:
     options = _options(args)
     assert options.safety is not None
     files = collect_scenarios(args.paths)
+    if args.dry_run and args.json:
+        plans = [_plan(*load_scenario(path), options) for path in files]
+        print(json.dumps(plans, indent=2))
+        return _allowed(plans)
     if args.dry_run:
         allowed = True
         for path in files:
@@ -581,6 +617,23 @@ def _gate(args: argparse.Namespace) -> int:
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     paths = write_gate_reports(results, args.out)
+    if args.json:
+        gated: dict[str, Any] = {
+            "verdict": "passed" if all(r.verdict == "passed" for r in results) else "failed",
+            "drills": [
+                {
+                    "name": r.name,
+                    "path": str(r.path),
+                    "verdict": r.verdict,
+                    "run": _outcome_json(r.journal) if r.journal else None,
+                }
+                for r in results
+            ],
+            "junit": str(paths["junit"]),
+            "summary": str(paths["markdown"]),
+        }
+        print(json.dumps(gated, indent=2))
+        return EXIT_OK if gated["verdict"] == "passed" else EXIT_FAILED
     for result in results:
         print(f"{result.verdict.upper():11} {result.name}  ({result.path})")
         outcome = result.journal.twin if result.journal else None
@@ -614,6 +667,27 @@ def _gameday(args: argparse.Namespace) -> int:
         TerminalResponder(name=args.person),
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
+    if args.dry_run and args.json:
+        drill_iter = iter(drills)
+        steps: list[dict[str, Any]] = []
+        for step in plan.steps:
+            if step.note is not None:
+                steps.append({"note": step.note})
+            elif step.checkpoint is not None:
+                answered = answers.get(step.checkpoint.id)
+                steps.append(
+                    {
+                        "checkpoint": step.checkpoint.model_dump(mode="json"),
+                        "pre_answered": {"answer": answered.answer, "by": answered.by}
+                        if answered
+                        else None,
+                    }
+                )
+            else:
+                planned = _plan(*next(drill_iter), day._options())
+                steps.append({"drill": planned, "on_fail": step.on_fail})
+        print(json.dumps({"gameday": plan.gameday, "title": plan.title, "steps": steps}, indent=2))
+        return _allowed([s["drill"] for s in steps if "drill" in s])
     if args.dry_run:
         allowed = True
         print(f"game day {plan.gameday}: {plan.title}  ({doc.path})")
@@ -636,6 +710,20 @@ def _gameday(args: argparse.Namespace) -> int:
         return EXIT_OK if allowed else EXIT_USAGE
     day_dir = day.run()
     journal = json.loads((day_dir / "gameday.json").read_text())
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "gameday": journal.get("gameday"),
+                    "verdict": journal["verdict"],
+                    "steps": journal["steps"],
+                    "journal": str(day_dir / "gameday.json"),
+                    "report": str(day_dir / "index.html"),
+                },
+                indent=2,
+            )
+        )
+        return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
     for step in journal["steps"]:
         if step["kind"] == "drill":
             print(f"  drill {step['drill']}: {step.get('verdict')}")
@@ -733,12 +821,18 @@ def _run_drill(args: argparse.Namespace) -> int:
         return EXIT_OK if _print_plan(scenario, doc, options, args.json) else EXIT_USAGE
     print(f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s)", file=sys.stderr)
     journal = Runner(scenario, doc, options).run()
-    for check in journal.checks:
-        mark = "pass" if check.passed else "FAIL"
-        print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
-    _print_load(journal)
-    print(f"verdict: {journal.verdict}")
-    print(f"report: {Path(journal.run_dir) / 'index.html'}")
+    if args.json:
+        print(json.dumps(_outcome_json(journal), indent=2))
+    else:
+        for check in journal.checks:
+            mark = "pass" if check.passed else "FAIL"
+            print(
+                f"  {mark}  {check.label}: observed {check.observed_text}, "
+                f"expected {check.expected}"
+            )
+        _print_load(journal)
+        print(f"verdict: {journal.verdict}")
+        print(f"report: {Path(journal.run_dir) / 'index.html'}")
     if journal.stack.profile:
         _after_the_drill(journal.stack.profile, args)
     if journal.rollbacks.left:
@@ -791,6 +885,13 @@ def _run_twins(
     from drills.engine.twins import pick_twins, run_twin
 
     twins = pick_twins(scenario, doc, args.twin or None)
+    if args.dry_run and args.json:
+        plans: list[dict[str, Any]] = []
+        for twin in twins:
+            on_twin, twin_options = _twin_plan(scenario, twin, options)
+            plans.append({"twin": twin.key, "plan": _plan(on_twin, doc, twin_options)})
+        print(json.dumps(plans, indent=2))
+        return _allowed([p["plan"] for p in plans])
     if args.dry_run:
         planned = True
         for twin in twins:
@@ -799,6 +900,7 @@ def _run_twins(
             planned = _print_plan(on_twin, doc, twin_options, args.json) and planned
         return EXIT_OK if planned else EXIT_USAGE
     code = EXIT_OK
+    outcomes: list[dict[str, Any]] = []
     for twin in twins:
         print(
             f"drill {scenario.drill} on its twin {twin.key}: {twin.why or scenario.title} "
@@ -808,6 +910,13 @@ def _run_twins(
         journal = run_twin(scenario, doc, twin, options)
         outcome = journal.twin
         assert outcome is not None
+        if args.json:
+            outcomes.append(_outcome_json(journal))
+            if journal.rollbacks.left:
+                break
+            if not outcome.held:
+                code = EXIT_FAILED
+            continue
         for check in journal.checks:
             named = (
                 "must fail"
@@ -834,9 +943,44 @@ def _run_twins(
             return EXIT_FAULT_LEFT
         if not outcome.held:
             code = EXIT_FAILED
+    if args.json:
+        print(json.dumps(outcomes, indent=2))
+        if outcomes and outcomes[-1]["left_in_force"]:
+            for line in outcomes[-1]["left_in_force"]:
+                print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
+            return EXIT_FAULT_LEFT
     if attach_of(scenario, options) is None:  # the drill's stack is an embedded profile
         _after_the_twins(args)
     return code
+
+
+def _outcome_json(journal: Journal) -> dict[str, Any]:
+    """What ``--json`` prints of a run: its verdict, each check, what it left in force, and
+    where its journal and report are (the journal holds everything else)."""
+    twin = journal.twin
+    return {
+        "drill": journal.drill,
+        "run_id": journal.run_id,
+        "twin": None
+        if twin is None
+        else {"name": twin.name, "held": twin.held, "missed": twin.missed, "unnamed": twin.unnamed},
+        "verdict": journal.verdict,
+        "status": journal.status.value,
+        "checks": [
+            {
+                "label": c.label,
+                "passed": c.passed,
+                "observed": c.observed,
+                "expected": c.expected,
+                "runbook": c.runbook,
+            }
+            for c in journal.checks
+        ],
+        "aborted": journal.aborted,
+        "left_in_force": journal.rollbacks.left,
+        "journal": str(Path(journal.run_dir) / "journal.json"),
+        "report": str(Path(journal.run_dir) / "index.html"),
+    }
 
 
 def _after_the_twins(args: argparse.Namespace) -> None:

@@ -468,9 +468,9 @@ def test_a_stuck_runner_its_faults_are_reverted_once_they_outlive_their_schedule
     safety = tmp_path / "safety.yaml"
     safety.write_text("fault_grace: 1s\n")
     proc = subprocess.Popen(
-        [*run_argv(stack, tmp_path), "--safety", str(safety)],
+        [*run_argv(stack, tmp_path), "--safety", str(safety), "--json"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "DRILLS_LEDGER": str(tmp_path / "ledger.json")},
     )
@@ -481,11 +481,17 @@ def test_a_stuck_runner_its_faults_are_reverted_once_they_outlive_their_schedule
         _wait(lambda: stack.toxics() == [] and _ledger_empty(tmp_path), 20 + 1 + 15)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 1, output
+    output, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 1, output + errors
     written = list((tmp_path / "runs").glob("*/journal.json"))
-    assert written, output
+    assert written, output + errors
     journal = json.loads(written[0].read_text())
+    # --json: stdout is the outcome alone (progress went to stderr), and it points at the rest.
+    outcome = json.loads(output)
+    assert outcome["status"] == "failed" and outcome["verdict"] == "failed", outcome
+    assert outcome["left_in_force"] == [] and outcome["journal"] == str(written[0])
+    assert {c["label"] for c in outcome["checks"]} == {c["label"] for c in journal["checks"]}
+    assert "[fault" in errors
     actions = journal["rollbacks"]["watchdog"]
     assert sorted(a["target"] for a in actions) == ["backup", "vllm-0", "vllm-1"], actions
     assert all(

@@ -307,3 +307,44 @@ def test_faults_and_abort_refuse_a_ledger_that_is_not_there(tmp_path: Path) -> N
             env=isolated_env(tmp_path),
         )
         assert out.returncode == 2 and "--ledger" in out.stderr and "no such file" in out.stderr
+
+
+def test_json_is_one_document_on_stdout_for_every_command_that_takes_it(tmp_path: Path) -> None:
+    """``--json`` is never ignored: run, gate and game day print their plan (dry run) as one
+    JSON document, validate its verdicts; nothing is contacted."""
+    env = isolated_env(tmp_path, KUBECONFIG=str(tmp_path / "no-such-kubeconfig"))
+
+    def cli(*args: str) -> tuple[int, object]:
+        result = subprocess.run(
+            drills_cli(*args, "--json"), capture_output=True, text=True, env=env, cwd=tmp_path
+        )
+        return result.returncode, json.loads(result.stdout)
+
+    code, plans = cli("run", str(SHIPPED), "--twin", "--dry-run")
+    assert code == 0 and isinstance(plans, list)
+    assert [p["twin"] for p in plans] == ["unsound"]
+    assert plans[0]["plan"]["faults"][0]["kind"] == "toxiproxy.latency"
+    code, plans = cli("gate", str(SHIPPED), str(TINY), "--dry-run")
+    assert code == 0 and isinstance(plans, list) and len(plans) == 2
+    day = ROOT / "scenarios" / "gameday-quarterly.yaml"
+    answers = ROOT / "scenarios" / "gameday-rehearsal.yaml"
+    code, plan = cli("gameday", str(day), "--answers", str(answers), "--dry-run")
+    assert code == 0 and isinstance(plan, dict) and plan["gameday"] == "quarterly"
+    steps = plan["steps"]
+    assert any("drill" in s and s["drill"]["faults"] for s in steps)
+    go = next(s for s in steps if "checkpoint" in s and s["checkpoint"]["id"] == "go-ahead")
+    assert go["pre_answered"] == {"answer": "yes", "by": "rehearsal (no people)"}
+    code, checked = cli("validate", str(SHIPPED), str(answers))
+    assert code == 0 and checked == {
+        "valid": [
+            {"path": str(SHIPPED), "kind": "drill"},
+            {"path": str(answers), "kind": "game-day answers"},
+        ],
+        "problems": [],
+    }
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SHIPPED.read_text().replace("duration: 20s", "duration: 20 parsecs", 1))
+    code, checked = cli("validate", str(bad))
+    assert code == 2 and isinstance(checked, dict) and checked["valid"] == []
+    assert f"{bad}:" in checked["problems"][0] and "duration" in checked["problems"][0]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "ledger.json").exists()
