@@ -15,10 +15,10 @@ import pytest
 
 from drills.checks import Evaluation, evaluate
 from drills.common.errors import StackError
-from drills.engine.runner import StackEndpoints, check_health
+from drills.engine.runner import RunOptions, StackEndpoints, check_health, resolve_stack
 from drills.model.gateways import BUILTIN, merged
 from drills.model.journal import Probe
-from drills.model.scenario import Check, Scenario, load_scenario
+from drills.model.scenario import Attach, Check, Scenario, load_scenario
 from tests.helpers import latency_fault_window, made_up_scenario, problems, serving
 
 T0 = 1_800_000_000.0
@@ -182,6 +182,52 @@ def test_a_gateway_that_never_says_its_breaker_opened_fails_the_check() -> None:
     ev = evaluation("drills", [probe(12, "drills_gateway_up", 1.0)])
     [opened] = evaluate(ev, [Check(check="breaker_opened_within", target="vllm-0", below="8s")])
     assert not opened.passed and "never opened" in opened.reason
+
+
+def test_a_gateway_that_publishes_no_metrics_is_not_scraped_and_makes_no_claim() -> None:
+    quiet = merged({"use": "drills", "metrics_path": "none"})
+    assert quiet.metrics_path is None
+    scenario, _ = load_scenario(ROOT / "scenarios" / "inference-latency.yaml")
+    endpoints = resolve_stack(
+        scenario,
+        RunOptions(
+            out_dir=Path("runs"),
+            attach=Attach(
+                gateway="http://127.0.0.1:9",
+                toxiproxy="http://127.0.0.1:9",
+                adapter={"use": "drills", "metrics_path": "none"},
+            ),
+        ),
+    )
+    assert "gateway" not in endpoints.metrics and "toxiproxy" in endpoints.metrics
+    ev = evaluation("drills", [])
+    ev.adapter = quiet
+    [opened] = evaluate(ev, [Check(check="breaker_opened_within", target="vllm-0", below="8s")])
+    assert not opened.passed and opened.observed is None
+    assert "its adapter (drills) says it publishes no metrics" in opened.reason, opened.reason
+
+
+@pytest.mark.parametrize(
+    ("value", "served"),
+    [
+        ("dep-a", "vllm-0"),
+        ("10.0.0.9:8000", "10.0.0.9:8000"),  # not in the map: kept as it is
+        ("dep-a, dep-b", "vllm-1"),  # retried: the last one answered
+        ("10.0.0.9:8000, dep-a : dep-b", "vllm-1"),  # nginx: an internal redirect's group
+        ("", None),
+        (None, None),
+    ],
+)
+def test_an_upstream_header_naming_several_counts_for_the_last(
+    value: str | None, served: str | None
+) -> None:
+    header = merged(
+        {
+            "use": "litellm",
+            "upstream": {"header": "x-up", "map": {"dep-a": "vllm-0", "dep-b": "vllm-1"}},
+        }
+    ).upstream
+    assert header is not None and header.hop_of(value) == served
 
 
 def test_an_adapter_map_naming_a_hop_the_stack_does_not_have_is_refused(tmp_path: Path) -> None:

@@ -91,6 +91,11 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
 
 def _exported(ev: Evaluation, signal: BreakerSignal) -> str | None:
     """Why the gateway makes no claim at all (no metric of that name in any scrape), or None."""
+    if ev.adapter.metrics_path is None:
+        return (
+            f"the gateway makes no claim: its adapter ({ev.adapter.name}) says it publishes "
+            "no metrics"
+        )
     scrapes = [p for p in ev.probes if p.source == "gateway" and not p.error]
     if any(s.name == signal.metric for p in scrapes for s in p.samples):
         return None
@@ -106,7 +111,7 @@ def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | 
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
     silent = _exported(ev, signal)
-    if silent is not None and observed.behind_hop(ev, hop):
+    if silent is not None and (ev.adapter.metrics_path is None or observed.behind_hop(ev, hop)):
         return None, silent
     opened = _opened_at(ev, signal, hop, applied)
     if not opened:
@@ -176,7 +181,7 @@ def _claimed_opens(ev: Evaluation, hop: str, start: float, end: float) -> tuple[
     if signal is None:
         return None, f"the {ev.adapter.name} adapter names no breaker signal"
     silent = _exported(ev, signal)
-    if silent is not None and observed.behind_hop(ev, hop):
+    if silent is not None and (ev.adapter.metrics_path is None or observed.behind_hop(ev, hop)):
         return None, silent
     if signal.kind == "counter":
         value = counter_increase(

@@ -199,7 +199,8 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         adapter = attach.gateway_adapter()
         gateway = attach.gateway.rstrip("/")
         metrics = {
-            "gateway": f"{gateway}{adapter.metrics_path}",
+            # an adapter whose gateway publishes no metrics (metrics_path: none): no scrape
+            **({"gateway": f"{gateway}{adapter.metrics_path}"} if adapter.metrics_path else {}),
             "toxiproxy": f"{attach.toxiproxy.rstrip('/')}/metrics",
             **attach.metrics,
         }

@@ -47,6 +47,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from drills.load.arrivals import gaps
 from drills.load.fleet import Fleet, Sink, serve_worker, write_json
+from drills.model.gateways import served_by
 from drills.model.records import Record
 
 IS_WORKER = "--worker" in sys.argv
@@ -128,7 +129,7 @@ def _served_by(record: dict[str, Any], headers: Any) -> None:
         record["route"] = headers.get(CONFIG["route_header"])
     if CONFIG.get("upstream_header"):
         value = headers.get(CONFIG["upstream_header"])
-        record["upstream"] = CONFIG["upstream_map"].get(value, value) if value else None
+        record["upstream"] = served_by(value, CONFIG["upstream_map"])
 
 
 def _new_record(trace_id: str, endpoint: str, lag: float | None = None) -> dict[str, Any]:

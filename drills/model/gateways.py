@@ -33,6 +33,7 @@ __all__ = [
     "known_adapters",
     "merged",
     "register",
+    "served_by",
 ]
 
 
@@ -51,9 +52,16 @@ class Health(_Model):
 
 class UpstreamHeader(_Model):
     header: str
-    """The response header naming the upstream that served a request."""
+    """The response header naming the upstream that served a request. A value that lists
+    several (a gateway that retried names each upstream it tried, as nginx's
+    ``$upstream_addr`` does: ``"10.0.0.1:80, 10.0.0.2:80"``, groups separated by ``" : "``)
+    counts for the last one, the one that answered."""
     map: dict[str, str] = Field(default_factory=dict)
     """Header value -> hop name; a value not in the map is kept as it is."""
+
+    def hop_of(self, value: str | None) -> str | None:
+        """The hop that served a request, from the header's value."""
+        return served_by(value, self.map)
 
     @model_validator(mode="after")
     def _values(self) -> UpstreamHeader:
@@ -92,11 +100,22 @@ class BreakerSignal(_Model):
         return self.map.get(value, value)
 
 
+def served_by(value: str | None, hops: dict[str, str]) -> str | None:
+    """The hop named by an upstream header's ``value`` (``UpstreamHeader``): the last of the
+    upstreams it lists, mapped through ``hops``; ``None`` for no value."""
+    if not value:
+        return None
+    last = value.replace(" : ", ",").split(",")[-1].strip()
+    return hops.get(last, last) or None
+
+
 class GatewayAdapter(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")
     description: str = ""
     health: Health = Field(default_factory=Health)
-    metrics_path: str = Field(default="/metrics", pattern=r"^/")
+    metrics_path: str | None = Field(default="/metrics", pattern=r"^/")
+    """Where the gateway publishes its Prometheus metrics; ``none`` (or null): it publishes
+    none, so nothing is scraped and the checks say the gateway makes no claim."""
     route: str | None = None
     """A response header naming the route taken (``primary``, ``backup``, ``fallback``)."""
     upstream: UpstreamHeader | None = None
@@ -107,6 +126,14 @@ class GatewayAdapter(_Model):
     """When a breaker opened (``opened_at`` or ``state``): ``breaker_opened_within``."""
     breaker_opens: BreakerSignal | None = None
     """How often it opened (``counter``, or ``state`` counted by transitions)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_metrics(cls, data: Any) -> Any:
+        path = data.get("metrics_path") if isinstance(data, dict) else None
+        if isinstance(path, str) and path.lower() == "none":
+            data = {**data, "metrics_path": None}
+        return data
 
 
 BUILTIN: dict[str, GatewayAdapter] = {
