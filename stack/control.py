@@ -64,6 +64,9 @@ class ComponentStatus:
     """The container's id, for ``runtime: docker`` replicas."""
     metrics_url: str | None = None
     """Where its Prometheus metrics are, if it has any."""
+    hop_listen: str | None = None
+    """Where the L7 hop listens in front of its proxy (what the gateway calls), when the stack
+    runs one: chain gateway -> hop_listen -> proxy_listen -> endpoint."""
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -172,6 +175,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                 proxies = client.proxies()
         except ToxiproxyError:
             proxies = {}
+    hop_listen = _hop_listeners(state_dir)
     result = []
     with httpx.Client(timeout=1.0) as http:
         for name, comp in components.items():
@@ -197,6 +201,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                     last_exit=comp.get("last_exit"),
                     container=comp.get("container"),
                     metrics_url=comp.get("metrics_url"),
+                    hop_listen=hop_listen.get(comp.get("proxy") or ""),
                 )
             )
     # Proxies that front something other than an engine process (the backup's, the canary's).
@@ -216,6 +221,7 @@ def status(state_dir: Path | None = None) -> StackStatus:
                     pid=None,
                     restarts=0,
                     last_exit=None,
+                    hop_listen=hop_listen.get(name),
                 )
             )
     return StackStatus(
@@ -226,6 +232,18 @@ def status(state_dir: Path | None = None) -> StackStatus:
         components=result,
         left_out=sorted(left_out(state_dir)),
     )
+
+
+def _hop_listeners(state_dir: Path) -> dict[str, str]:
+    """Proxy name -> where the L7 hop listens in front of it, from the running stack's config
+    (none when it runs no hop, or its config cannot be read)."""
+    try:
+        config = load_stack_config(state_dir / "stack.yaml")
+    except Exception:  # the status still shows what it can
+        return {}
+    return {
+        u.name: f"{config.host}:{u.hop_port}" for u in config.upstreams if u.hop_port is not None
+    }
 
 
 PROFILE_COPY = "profile.yaml"

@@ -72,6 +72,9 @@ def test_status_json_shows_components_health_endpoints_and_proxies(stack: Runnin
         assert comp["endpoint"] == f"http://127.0.0.1:{replica.port}"
         assert comp["proxy"] == replica.name
         assert comp["proxy_listen"] == f"127.0.0.1:{replica.proxy_port}"
+        assert comp["hop_listen"] == f"127.0.0.1:{replica.hop_port}"  # what the gateway calls
+    assert comps["tools"]["hop_listen"] is None  # the L7 hop fronts the model hops only
+    assert comps["backup"]["hop_listen"] == f"127.0.0.1:{cfg.backup.hop_port}"  # type: ignore[union-attr]
     assert comps["backup"]["proxy_listen"] == f"127.0.0.1:{cfg.backup.proxy_port}"  # type: ignore[union-attr]
     assert comps["gateway"]["endpoint"] == stack.gateway_url
     # The harness's L7 hop runs with the stack (gateway -> hop -> Toxiproxy -> engine).
