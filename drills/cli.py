@@ -501,7 +501,11 @@ def _with_args(parser: argparse.ArgumentParser) -> None:
 
 def _attach_args(parser: argparse.ArgumentParser) -> None:
     """Attach to a running stack; each one given overrides the scenario's attach section."""
-    parser.add_argument("--gateway", help="attach: the gateway's base URL (with --toxiproxy)")
+    parser.add_argument(
+        "--gateway",
+        help="attach: the gateway's base URL (with --toxiproxy, unless the scenario's attach "
+        "section names it)",
+    )
     parser.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
     parser.add_argument(
         "--adapter",
@@ -519,8 +523,10 @@ def _options(args: argparse.Namespace) -> RunOptions:
     from drills.model.gateways import merged
     from drills.model.scenario import Attach
 
-    if bool(args.gateway) != bool(args.toxiproxy):
-        raise InputError("--gateway and --toxiproxy go together (attach to a running stack)")
+    if args.toxiproxy and not args.gateway:
+        raise InputError(
+            "--toxiproxy without --gateway: attaching needs the gateway's URL (--gateway URL)"
+        )
     if args.profile and args.gateway:
         raise InputError(
             "--profile brings a stack up; --gateway/--toxiproxy attach to one: not both"
@@ -531,13 +537,16 @@ def _options(args: argparse.Namespace) -> RunOptions:
             merged(adapter)
         except ValueError as exc:
             raise InputError(f"--adapter: {exc}") from None
-    given = {"adapter": adapter, "hop": getattr(args, "hop", None)}
+    given = {
+        "gateway": args.gateway,
+        "toxiproxy": args.toxiproxy,
+        "adapter": adapter,
+        "hop": getattr(args, "hop", None),
+    }
+    # Only what was given: the scenario's attach section gives the rest (``attach_of``), and
+    # a scenario without one needs --toxiproxy too (said there, with the scenario's name).
     attach = (
-        Attach(
-            gateway=args.gateway,
-            toxiproxy=args.toxiproxy,
-            **{k: v for k, v in given.items() if v is not None},
-        )
+        Attach.model_construct(**{k: v for k, v in given.items() if v is not None})
         if args.gateway
         else None
     )

@@ -100,8 +100,11 @@ def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
     args: list[str] = []
     if options.profile:
         args += ["--profile", options.profile]
-    if options.attach is not None:
-        args += ["--gateway", options.attach.gateway, "--toxiproxy", options.attach.toxiproxy]
+    if options.attach is not None:  # what the command line gave, passed on as given
+        for name in ("gateway", "toxiproxy", "hop", "adapter"):
+            value = getattr(options.attach, name, None)
+            if name in options.attach.model_fields_set and isinstance(value, str):
+                args += [f"--{name}", value]
     if options.state_dir is not None:
         args += ["--state-dir", str(options.state_dir)]
     if options.stack_config:

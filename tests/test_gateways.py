@@ -247,3 +247,45 @@ def test_an_adapter_map_naming_a_hop_the_stack_does_not_have_is_refused(tmp_path
         f"{path}:{line} stack.attach.adapter.upstream.map.dep-a: the stack has no hop 'vllm-9'; "
         "expected one of: backup, vllm-0, vllm-1"
     )
+
+
+def test_gateway_alone_takes_the_rest_from_the_scenarios_attach_section(tmp_path: Path) -> None:
+    """``--gateway`` alone: the scenario's attach section gives Toxiproxy and the adapter (a
+    dry run, so nothing is contacted); a scenario without one needs ``--toxiproxy`` too."""
+    import json
+    import subprocess
+
+    from tests.conftest import drills_cli, isolated_env
+
+    env = isolated_env(tmp_path)
+    path = attached(tmp_path, "litellm")
+    result = subprocess.run(
+        drills_cli("run", str(path), "--gateway", "http://127.0.0.1:4999", "--dry-run", "--json"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    stack = json.loads(result.stdout)["stack"]
+    assert stack["attach"] == {
+        "gateway": "http://127.0.0.1:4999",
+        "toxiproxy": "http://127.0.0.1:8474",
+    }, stack
+    profile = ROOT / "scenarios" / "inference-latency.yaml"
+    refused = subprocess.run(
+        drills_cli("run", str(profile), "--gateway", "http://127.0.0.1:4999", "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--gateway without --toxiproxy: drill inference-latency has no attach section" in (
+        refused.stderr
+    )
+    alone = subprocess.run(
+        drills_cli("run", str(path), "--toxiproxy", "http://127.0.0.1:8474", "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert alone.returncode == 2 and "--toxiproxy without --gateway" in alone.stderr

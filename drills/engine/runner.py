@@ -168,8 +168,15 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     in its place (``--gateway``, ``--adapter``, ...); ``None`` for a stack profile."""
     own = scenario.stack if isinstance(scenario.stack, Attach) else None
     given = options.attach
-    if given is None or own is None:
-        return given or own
+    if given is None:
+        return own
+    if own is None:
+        if "toxiproxy" not in given.model_fields_set:
+            raise InputError(
+                f"--gateway without --toxiproxy: drill {scenario.drill} has no attach section "
+                "that names its Toxiproxy; give --toxiproxy URL"
+            )
+        return Attach.model_validate(given.model_dump(include=given.model_fields_set))
     return own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
 
 
