@@ -228,6 +228,21 @@ def test_retry_amplification_counted_at_the_hop() -> None:
     assert one.observed == 2.0 and one.passed
 
 
+def test_retry_amplification_at_a_fronted_hop_no_call_reached_is_the_hops_zero() -> None:
+    # The L7 hop fronts the backup too, and no call reached it: the count there is 0 (seen
+    # at the hop), not a question for the gateway's scrape (which this run has none of).
+    ev = evaluation(retried(also_vllm1=False))
+    ev.l7_hops = ["backup", "vllm-0", "vllm-1"]
+    check = Check(check="retry_amplification", target="backup", during="fault", below=1.2)
+    [idle] = evaluate(ev, [check])
+    assert idle.observed == 0.0 and idle.passed, idle.reason
+    assert "0 attempts reached backup (seen at the L7 hop)" in idle.reason
+    # Not listed by the L7 hop: still the gateway's word (no scrape here: no data).
+    ev.l7_hops = ["vllm-0", "vllm-1"]
+    [unknown] = evaluate(ev, [check])
+    assert unknown.observed is None and "no scrape of the gateway" in unknown.reason
+
+
 def test_which_hop_served_a_request_by_trace_id_else_by_timing() -> None:
     retried, shuffled, ambiguous = client(1.0), client(3.0), client(5.0)
     trace = f"00-{retried.trace_id}-00f067aa0ba902b7-01"

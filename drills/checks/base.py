@@ -74,6 +74,8 @@ class Evaluation:
     """The tool server's own audit log since the run began (one entry per tool call: tool,
     parameters, outcome, result, trace id); ``None``: none could be read (only the embedded
     stack's is known to the harness)."""
+    l7_hops: list[str] | None = None
+    """The hops the harness's L7 hop fronts, as it listed them (``None``: not asked)."""
 
     def __post_init__(self) -> None:
         charge(self.records, self.phases, self.faults)

@@ -123,7 +123,11 @@ def check_retry_amplification(check: Check, ev: Evaluation) -> CheckResult:
             end,
         )
     elif ev.hop_records is not None and (
-        target == "models" or target in {r.hop for r in observed.model_calls(ev)}
+        target == "models"
+        or target in {r.hop for r in observed.model_calls(ev)}
+        # a hop the L7 hop fronts that no call reached, while calls reached the others:
+        # the hop's count is 0, not a question for the gateway
+        or (target in (ev.l7_hops or ()) and bool(observed.model_calls(ev)))
     ):
         return _observed_amplification(check, ev, target, start, end, len(requests))
     else:

@@ -354,6 +354,7 @@ class Runner:
         self._began = time.time()
         self._watchdog_actions: list[dict[str, Any]] = []
         self._differs: list[str] = []  # the chain after the drill against before it
+        self._l7_hops: list[str] | None = None  # what the L7 hop fronts, as it said
         self._unread: list[str] = []
 
     @property
@@ -454,6 +455,7 @@ class Runner:
         state_dir = self._state_dir()
         with ToxiproxyClient(endpoints.toxiproxy) as client:
             proxies, l7 = sorted(client.proxies()), _l7_hops(endpoints)
+            self._l7_hops = l7
             check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
             check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
         shared = ToxiproxyClient(endpoints.toxiproxy)
@@ -751,6 +753,7 @@ class Runner:
             endpoints.adapter,
             hop_records,
             self._tool_audit(state_dir),
+            self._l7_hops,
         )
 
     @staticmethod
