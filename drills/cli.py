@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,18 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_OK = 0
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
+
+EXIT_CODES = """exit codes:
+  0  passed (a drill, a gate, a game day), or the command did what it was asked
+  1  failed: a check failed, a twin did not hold, the drill aborted or was interrupted, the
+     load fell short
+  2  bad input (scenario, stack config, adapter, plan, command line), a refusal by the safety
+     policy, or another drill holds the stack: nothing was applied
+  3  a fault is still in force: a revert failed, or the chain after the drill differs from
+     the chain before it (`drills faults`, `drills abort`)
+  130  interrupted (Ctrl-C) before any fault was applied
+  141  the reader of the output went away (a closed pipe); a running drill still reverted"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +60,12 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     # Long on purpose: one declaration per subcommand and option, in the order `drills --help`
     # lists them; the CLI is wide, and nothing here runs or decides.
-    parser = _Parser(prog="drills", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(
+        prog="drills",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"drills {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -1063,7 +1081,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except KillSwitch as exc:
         print(f"drills: aborted ({exc}) before any fault was applied", file=sys.stderr)
         return exc.exit_code
@@ -1073,6 +1093,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("drills: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `drills faults --json | head -1`: the reader went away. No traceback; what is left
+        # to print goes nowhere (Python would complain again flushing stdout at exit).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

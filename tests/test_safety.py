@@ -4,6 +4,7 @@ the kill switch (`drills abort`) that makes a running drill revert everything an
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -348,3 +349,24 @@ def test_json_is_one_document_on_stdout_for_every_command_that_takes_it(tmp_path
     assert code == 2 and isinstance(checked, dict) and checked["valid"] == []
     assert f"{bad}:" in checked["problems"][0] and "duration" in checked["problems"][0]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "ledger.json").exists()
+
+
+def test_a_closed_pipe_is_an_exit_code_not_a_traceback(tmp_path: Path) -> None:
+    """``drills schema scenario | head -1`` where head has gone: exit 141, and no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        result = subprocess.run(
+            drills_cli("schema", "scenario"),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=isolated_env(tmp_path),
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    usage = subprocess.run(drills_cli("--help"), capture_output=True, text=True, timeout=60)
+    assert "exit codes:" in usage.stdout and "3  a fault is still in force" in usage.stdout
