@@ -28,34 +28,38 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e '.[test]'
   echo "$want" > "$stamp"
 fi
-# The HTML report is tested in a real headless Chromium (Debian's package).
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bootstrap: installing Chromium for the report tests" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2
-fi
-# The docker injector's tests start their own Docker engine (Debian's docker.io: dockerd,
-# containerd, runc); nothing is started here.
-if ! command -v dockerd >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bootstrap: installing Docker (docker.io) for the container fault tests" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io) >&2
-fi
-# The ssh:// Docker test reaches that engine through a real sshd on loopback (started by the
-# test); the package is installed without starting the system's ssh service (policy-rc.d).
-if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bootstrap: installing OpenSSH's server for the ssh:// Docker test (not started)" >&2
-  held=""
-  if ! [ -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    held=1
+# Debian packages only the tests use, installed for the test command alone (the main job,
+# `drills ...`, needs none of them; a first run should not wait for Chromium).
+if [ "${1:-}" = pytest ]; then
+  # The HTML report is tested in a real headless Chromium (Debian's package).
+  if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing Chromium for the report tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2
   fi
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server) >&2
-  if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
-fi
-# The load-worker test runs one worker with its wall clock set ahead by libfaketime (Debian's
-# faketime), to prove the master moves its records onto its own clock.
-if ! command -v faketime >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bootstrap: installing faketime for the load-worker clock test" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) >&2
+  # The docker injector's tests start their own Docker engine (Debian's docker.io: dockerd,
+  # containerd, runc); nothing is started here.
+  if ! command -v dockerd >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing Docker (docker.io) for the container fault tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io) >&2
+  fi
+  # The ssh:// Docker test reaches that engine through a real sshd on loopback (started by the
+  # test); the package is installed without starting the system's ssh service (policy-rc.d).
+  if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing OpenSSH's server for the ssh:// Docker test (not started)" >&2
+    held=""
+    if ! [ -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      held=1
+    fi
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server) >&2
+    if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  fi
+  # The load-worker test runs one worker with its wall clock set ahead by libfaketime (Debian's
+  # faketime), to prove the master moves its records onto its own clock.
+  if ! command -v faketime >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing faketime for the load-worker clock test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) >&2
+  fi
 fi
 # Go builds Toxiproxy on first use; it lives here on these machines even when not on PATH.
 [ -d /usr/local/go/bin ] && export PATH="$PATH:/usr/local/go/bin"
