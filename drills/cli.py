@@ -823,6 +823,12 @@ def _lint(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(f.severity == "error" for f in findings) else EXIT_OK
 
 
+def _print_checks(journal: Journal) -> None:
+    for check in journal.checks:
+        mark = "pass" if check.passed else "FAIL"
+        print(f"  {mark}  {check.label}: observed {check.observed_text}, expected {check.expected}")
+
+
 def _print_load(journal: Journal) -> None:
     """The load's line: an open loop's rate as asked and as sent, and a shortfall loudly."""
     load = journal.load
@@ -851,12 +857,7 @@ def _run_drill(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_outcome_json(journal), indent=2))
     else:
-        for check in journal.checks:
-            mark = "pass" if check.passed else "FAIL"
-            print(
-                f"  {mark}  {check.label}: observed {check.observed_text}, "
-                f"expected {check.expected}"
-            )
+        _print_checks(journal)
         _print_load(journal)
         print(f"verdict: {journal.verdict}")
         print(f"report: {Path(journal.run_dir) / 'index.html'}")
