@@ -1,7 +1,9 @@
-"""The README as tested documentation: its drill snippets validate, its attach snippet loads,
-every `drills` command in it parses with the real argument parser, the cheap ones (validate,
-lint, schema, --dry-run, --help) run, and its sample output has the format the CLI prints.
-Touches nothing: no stack, no network beyond what a dry run reads (nothing)."""
+"""The README and the documentation pages (docs/pages) as tested documentation: their drill
+snippets validate, their attach snippets load, every `drills` command in them parses with the
+real argument parser, the cheap ones (validate, lint, schema, --dry-run, --help) run, every
+repository path they name exists, the README's sample output has the format the CLI prints, and
+the site builds with MkDocs in --strict mode. Touches nothing: no stack, no network beyond what a
+dry run reads (nothing)."""
 
 from __future__ import annotations
 
@@ -22,36 +24,43 @@ from tests.conftest import isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "pages").rglob("*.md"))]
+TEXTS = {str(p.relative_to(ROOT)): p.read_text() for p in PAGES}
+# (file:line, language, body) of every fenced block
 BLOCKS = [
-    (README[: m.start()].count("\n") + 2, m.group(1), m.group(2))
-    for m in re.finditer(r"```(\w+)\n(.*?)```", README, re.S)
+    (f"{name}:{text[: m.start()].count(chr(10)) + 2}", m.group(1), m.group(2))
+    for name, text in TEXTS.items()
+    for m in re.finditer(r"```(\w+)\n(.*?)```", text, re.S)
 ]
 PREFIXES = ("bash stack/bootstrap.sh drills ", ".venv/bin/drills ", "drills ")
 CHEAP = ("validate", "lint", "schema", "--help")
 
 
-def _yaml_blocks() -> list[tuple[int, Any]]:
+def _yaml_blocks() -> list[tuple[str, Any]]:
     return [(line, yaml.safe_load(body)) for line, lang, body in BLOCKS if lang == "yaml"]
 
 
-def _commands() -> list[tuple[int, list[str]]]:
-    """Every `drills` invocation in the README's shell blocks and its CI job, as argv."""
+def _commands() -> list[tuple[str, list[str]]]:
+    """Every `drills` invocation in the pages' shell blocks and CI jobs, as argv, by file:line."""
     found = []
-    for line, lang, body in BLOCKS:
+    for where, lang, body in BLOCKS:
         if lang not in ("bash", "yaml"):
             continue
+        name, line = where.rsplit(":", 1)
         for offset, text in enumerate(body.splitlines()):
             text = text.strip().removeprefix("- ")
             text = re.split(r"\s+#|\s*(?:>|&&|\|)\s", text)[0].strip()
             prefix = next((p for p in PREFIXES if text.startswith(p)), None)
             if prefix is not None:
-                found.append((line + offset, shlex.split(text[len(prefix) :])))
+                found.append((f"{name}:{int(line) + offset}", shlex.split(text[len(prefix) :])))
     # And the ones in the prose, except those written as a pattern (`drills gate|gameday`,
     # `drills abort [RUN_ID]`, `drills gate PATH...`).
-    for match in re.finditer(r"`drills ([^`]+)`", README):
-        text = match.group(1)
-        if " " in text and not re.search(r"[|\[]|\.\.\.", text):  # a name alone is no command
-            found.append((README[: match.start()].count("\n") + 1, shlex.split(text)))
+    for name, page in TEXTS.items():
+        for match in re.finditer(r"`drills ([^`]+)`", page):
+            text = match.group(1)
+            if " " in text and not re.search(r"[|\[]|\.\.\.", text):  # a name alone: no command
+                line = page[: match.start()].count("\n") + 1
+                found.append((f"{name}:{line}", shlex.split(text)))
     return found
 
 
@@ -78,7 +87,7 @@ def test_every_drill_snippet_validates_beside_the_shipped_scenarios(tmp_path: Pa
     shutil.copytree(ROOT / "scenarios", scenarios)
     snippets = [(line, d) for line, d in _yaml_blocks() if isinstance(d, dict) and "drill" in d]
     for line, data in snippets:
-        path = scenarios / f"readme-{line}.yaml"
+        path = scenarios / f"snippet-{line.replace('/', '-').replace(':', '-')}.yaml"
         path.write_text(yaml.safe_dump(data))
         load_scenario(path)  # raises, naming the field, if the README's snippet is wrong
 
@@ -101,17 +110,22 @@ def test_the_attach_snippet_is_a_valid_stack_section(tmp_path: Path) -> None:
         if isinstance(given, dict):
             assert adapter.name == given["use"]
             assert adapter.health.path == given["health"]["path"]
-            assert adapter.breaker_opened is not None
-            assert adapter.breaker_opened.map == given["breaker_opened"]["map"]
+            if isinstance(given.get("breaker_opened"), dict):
+                assert adapter.breaker_opened is not None
+                assert adapter.breaker_opened.map == given["breaker_opened"]["map"]
+            if "metrics_path" in given:
+                assert adapter.metrics_path == (
+                    None if given["metrics_path"] == "none" else given["metrics_path"]
+                )
 
 
 @pytest.mark.parametrize(("line", "argv"), _commands(), ids=lambda v: str(v))
-def test_every_drills_command_in_the_readme_parses(line: int, argv: list[str]) -> None:
+def test_every_drills_command_in_the_readme_parses(line: str, argv: list[str]) -> None:
     parser = _parser()
     try:
         parser.parse_args(argv)
     except SystemExit as exc:
-        assert exc.code == 0 and "--help" in argv, f"README.md:{line}: drills {shlex.join(argv)}"
+        assert exc.code == 0 and "--help" in argv, f"{line}: drills {shlex.join(argv)}"
 
 
 def test_the_cheap_commands_in_the_readme_run(tmp_path: Path) -> None:
@@ -130,7 +144,7 @@ def test_the_cheap_commands_in_the_readme_run(tmp_path: Path) -> None:
             env=isolated_env(tmp_path),
             timeout=120,
         )
-        assert result.returncode == 0, f"README.md:{line}: {result.stdout}{result.stderr}"
+        assert result.returncode == 0, f"{line}: {result.stdout}{result.stderr}"
         ran += 1
     assert ran >= 3
 
@@ -152,6 +166,49 @@ def test_the_sample_output_has_the_format_the_cli_prints() -> None:
 def test_the_safety_section_names_every_policy_field() -> None:
     from drills.engine.safety import SafetyPolicy
 
-    section = README[README.index("- **Policy**") : README.index("- **Dry run**")]
+    safety = TEXTS["docs/pages/safety.md"]
+    section = safety[safety.index("- **Policy**") : safety.index("- **Dry run**")]
     named = set(re.findall(r"`([a-z_]+)`", section))
     assert set(SafetyPolicy.model_fields) <= named, set(SafetyPolicy.model_fields) - named
+
+
+def test_the_readme_is_short_and_the_site_builds_strictly(tmp_path: Path) -> None:
+    """The README is the front door (at most 250 lines); the rest is the site, which builds
+    with every page in the navigation, every link and anchor resolved, and the reference
+    generated from the registries."""
+    assert README.count("\n") <= 250
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", "docs/mkdocs.yml", "-d", site],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = (site / "reference" / "checks" / "index.html").read_text()
+    assert "retry_amplification" in checks and "breaker_opened_within" in checks
+    faults = (site / "reference" / "faults" / "index.html").read_text()
+    assert "toxiproxy.latency" in faults and "hop.stall" in faults
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "exit codes:" in cli and "drills gameday" in cli
+
+
+def test_every_repository_path_the_pages_name_exists() -> None:
+    """A path in backticks that starts with one of the repository's top folders (or is one of
+    its top files) names something that is there; placeholders (CAPITALS, globs, <...>) and
+    paths under a run's output are not paths of the repository."""
+    tops = ("drills/", "injectors/", "scenarios/", "stack/", "reports/", "tests/", "bench/",
+            "docs/", ".ci/")  # fmt: skip
+    made = ("docs/site", "docs/pages/reference")  # written by `mkdocs build` and its hooks
+    missing = []
+    for name, page in TEXTS.items():
+        for match in re.finditer(r"`([^`\s]+)`", page):
+            path = match.group(1).split(":")[0].split("#")[0].rstrip(".,)")
+            if not path.startswith(tops) or re.search(r"[A-Z]{2,}|[*<>{}]|\.\.\.", path):
+                continue
+            if path.startswith(made):
+                continue
+            if not (ROOT / path).exists():
+                missing.append(f"{name}:{page[: match.start()].count(chr(10)) + 1}: {path}")
+    assert not missing, "\n".join(missing)
