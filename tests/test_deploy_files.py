@@ -74,3 +74,40 @@ def test_the_load_workers_job_runs_drills_load_worker() -> None:
     assert container["resources"]["requests"]["cpu"] == "1"
     dockerfile = (DEPLOY / "Dockerfile.drills").read_text()
     assert 'ENTRYPOINT ["drills"]' in dockerfile
+
+
+def attach_chain() -> dict[tuple[str, str], dict]:
+    docs = yaml.safe_load_all((DEPLOY / "kubernetes" / "attach" / "chain.yaml").read_text())
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def _ports(workload: dict) -> dict[str, int]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def test_the_attach_chain_holds_together() -> None:
+    """The chain for a team's own cluster (stack/deploy/kubernetes/attach): every hop of the L7
+    hop calls the Toxiproxy proxy of the same name, every listener is a port of its Deployment
+    and of its Service, and the hop runs from its config."""
+    chain = attach_chain()
+    data = chain[("ConfigMap", "drills-chain")]["data"]
+    proxies = {p["name"]: p for p in json.loads(data["toxiproxy.json"])}
+    hop = json.loads(data["hop.json"])
+    hops = {h["name"]: h for h in hop["hops"]}
+    assert set(hops) == set(proxies)
+    toxiproxy_ports = _ports(chain[("Deployment", "toxiproxy")])
+    hop_ports = _ports(chain[("Deployment", "drills-hop")])
+    for name, proxy in proxies.items():
+        port = int(proxy["listen"].rsplit(":", 1)[1])
+        assert hops[name]["upstream"] == f"http://toxiproxy:{port}", name
+        assert toxiproxy_ports[name] == port
+        assert hop_ports[name] == int(hops[name]["listen"].rsplit(":", 1)[1])
+        host, _, upstream_port = proxy["upstream"].rpartition(":")
+        assert host and upstream_port.isdigit(), proxy
+    assert hop_ports["control"] == int(hop["control"].rsplit(":", 1)[1])
+    for service, ports in (("toxiproxy", toxiproxy_ports), ("drills-hop", hop_ports)):
+        spec = chain[("Service", service)]["spec"]
+        assert {p["targetPort"] for p in spec["ports"]} == set(ports), service
+    (container,) = chain[("Deployment", "drills-hop")]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:3] == ["python", "-m", "drills.hop"]

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -62,6 +63,41 @@ def test_shipped_manifests_schedule_each_replica_on_a_gpu_node(kube: Kube) -> No
     docs = list(yaml.safe_load_all((MANIFESTS / "30-gateway.yaml").read_text()))
     config = StackConfig.model_validate(yaml.safe_load(docs[0]["data"]["stack.yaml"]))
     assert config.gateway.upstream_host == "toxiproxy.llm.svc"
+
+
+def test_the_attach_chain_runs_in_front_of_the_vllm_services_and_survives_a_pod_loss(
+    kube: Kube,
+) -> None:
+    """stack/deploy/kubernetes/attach, applied with kustomize (kubectl apply -k) as a team
+    would: Toxiproxy and the L7 hop come up in their own namespace; a pod loss of the hop (the
+    kill drill's fault, kubernetes.delete_pod) is replaced by its Deployment."""
+    try:
+        kube.kubectl("apply", "-k", str(MANIFESTS / "attach"))
+        ns = "drills-chain"
+        assert kube.wait_ready("app=toxiproxy", 1, namespace=ns)
+        (hop,) = kube.wait_ready("app=drills-hop", 1, namespace=ns)
+        services = json.loads(kube.kubectl("get", "services", "-n", ns, "-o", "json"))
+        assert {s["metadata"]["name"] for s in services["items"]} == {"toxiproxy", "drills-hop"}
+        fault = KubernetesFault.model_validate(
+            {"kind": "kubernetes.delete_pod", "target": "app=drills-hop", "namespace": ns}
+        )
+        scope = {
+            "kubeconfig": str(kube.kubeconfig),
+            "context": None,
+            "allowed_contexts": [kube.context],
+            "allowed_namespaces": [ns],
+        }
+        killer: Any = build(fault, InjectionContext("run-k", "", None, None, scope, 10), 0)
+        (gone,) = killer.apply()["deleted"]
+        assert gone["uid"] == hop["metadata"]["uid"]
+        deadline = time.monotonic() + 60
+        while not (observed := killer.observe())["ready_at"]:
+            assert time.monotonic() < deadline, observed
+            time.sleep(0.5)
+        (new,) = observed["replacements"]
+        assert new["uid"] != hop["metadata"]["uid"]
+    finally:
+        kube.kubectl("delete", "-k", str(MANIFESTS / "attach"), "--wait=false")
 
 
 def test_delete_a_gpu_pod_and_watch_its_replacement_become_ready(kube: Kube) -> None:
