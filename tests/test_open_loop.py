@@ -15,6 +15,7 @@ own, named as such: the subject is the harness's load generator, not any compone
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -266,8 +267,16 @@ def test_the_requests_leave_at_the_rate_and_with_the_dispersion_asked(
     count_sd = max(want_cv, 0.05) * math.sqrt(rate * span)
     assert abs(n - rate * span) < 4 * count_sd + 2, (n, rate * span)
     if arrival == "constant":
-        # No randomness to allow for: what spreads the gaps is the generator's own timing.
-        assert cv < 0.15, cv
+        # No randomness to allow for: what spreads the gaps is the generator's own timing, so
+        # the spread of most gaps is measured (the interquartile range over the median gap:
+        # 0.04 measured), not their standard deviation. One stall of the whole process (a
+        # 100 ms pause of a shared 2-core machine) lengthens one gap of 320 and takes the
+        # standard deviation's CV from 0.04 to 0.2 (measured in CI: 0.21), while a generator
+        # that drew its gaps at random shows 0.7 and more (gamma with burstiness 4: 0.70;
+        # Poisson: 1.58; measured here 1.48 and, for gamma 0.5, 2.88).
+        gap = sorted(b - a for a, b in itertools.pairwise(starts))
+        q1, median, q3 = (gap[len(gap) * k // 4] for k in (1, 2, 3))
+        assert (q3 - q1) / median < 0.15, (q1, median, q3, cv)
         assert observed_rate == pytest.approx(rate, rel=0.02)
     else:
         assert abs(math.log(cv / want_cv)) < _cv_tolerance(n, burstiness or 1.0), (cv, want_cv)
