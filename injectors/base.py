@@ -60,6 +60,7 @@ __all__ = [
     "Injector",
     "Observer",
     "Preflight",
+    "Prepares",
     "RevertOutcome",
     "build",
     "factory_for",
@@ -125,6 +126,18 @@ class Preflight(Protocol):
     """An injector that can say what it would hit before anything is applied."""
 
     def preflight(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Prepares(Protocol):
+    """An injector whose fault takes long to set up (a flood's hundreds of sessions): it
+    gets ready before the timeline starts, changing nothing the drill judges, so that the
+    fault lands whole at its scheduled time instead of building up through its window.
+    ``release`` undoes ``prepare`` when the fault is never applied; it never raises."""
+
+    def prepare(self) -> dict[str, Any]: ...
+
+    def release(self) -> None: ...
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ made, how they ended, their latency (p50, p95, max).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,11 @@ from injectors.base import InjectionContext
 __all__ = ["ToolSaturate", "revert_entry"]
 
 READY_TIMEOUT = 20.0
+PREPARE_TIMEOUT = 90.0
+"""How long ``prepare`` waits for every session of the flood to be open (256 sessions took
+14 s against a tool server already busy; idle, it answers their handshakes faster)."""
+HOLD_LIMIT = 900.0
+"""A prepared flood that is never told to go exits by itself after this long."""
 
 
 def tools_endpoint(context: InjectionContext, url: str | None) -> str:
@@ -81,7 +87,7 @@ class ToolSaturate:
     def ledger_entry(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": self.target, **self.entry}
 
-    def apply(self) -> dict[str, Any]:
+    def _start(self, hold: bool) -> None:
         import subprocess
 
         self.stats_path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,23 +100,64 @@ class ToolSaturate:
             "concurrency": self.fault.concurrency,
             "call_timeout": self.fault.call_timeout,
             "stats": str(self.stats_path),
+            "hold": HOLD_LIMIT if hold else None,
         }
         # Its stderr goes to a file: a pipe nobody reads fills up and blocks the helper.
-        log_path = self.stats_path.with_suffix(".log")
-        with open(log_path, "wb") as log:
+        with open(self._log_path, "wb") as log:
             self.helper = subprocess.Popen(
                 [sys.executable, "-m", "injectors.tool", json.dumps(spec)],
+                stdin=subprocess.PIPE,  # "go" (a held flood); closed, a held flood exits
                 stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,
             )
         self.entry = {"pid": self.helper.pid, "starttime": start_time(self.helper.pid)}
-        assert self.helper.stdout is not None
-        line = self.helper.stdout.readline().decode().strip()  # "flooding" once sessions are up
-        if line != "flooding":
+
+    @property
+    def _log_path(self) -> Path:
+        return self.stats_path.with_suffix(".log")
+
+    def _expect(self, word: str) -> None:
+        assert self.helper is not None and self.helper.stdout is not None
+        line = self.helper.stdout.readline().decode().strip()
+        if line != word:
+            self.helper.kill()
             self.helper.wait()
-            err = log_path.read_text(errors="replace")[-500:]
+            err = self._log_path.read_text(errors="replace")[-500:]
             raise InputError(f"tool.saturate on {self.target}: the flood did not start: {err}")
+
+    def prepare(self) -> dict[str, Any]:
+        """Open every session of the flood now, before the timeline, and hold them idle: the
+        tool server sees sessions and no call. ``apply`` then lets them all call at once."""
+        began = time.monotonic()
+        self._start(hold=True)
+        self._expect("ready")  # every session open
+        return {
+            "sessions": self.fault.concurrency,
+            "helper_pid": self.entry["pid"],
+            "opened_in_s": round(time.monotonic() - began, 2),
+        }
+
+    def release(self) -> None:
+        """A prepared flood that was never applied: closing its stdin ends it."""
+        if self.helper is not None and self.helper.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.helper.stdin is not None
+                self.helper.stdin.close()
+            try:
+                self.helper.wait(timeout=10)
+            except Exception:
+                self.helper.kill()
+                self.helper.wait()
+
+    def apply(self) -> dict[str, Any]:
+        if self.helper is None or self.helper.poll() is not None:
+            self._start(hold=False)  # not prepared: the sessions open as the flood starts
+        else:
+            assert self.helper.stdin is not None
+            self.helper.stdin.write(b"go\n")
+            self.helper.stdin.flush()
+        self._expect("flooding")
         # Read back from the tool server that its pool is full.
         gauges: dict[str, float] = {}
         deadline = time.monotonic() + READY_TIMEOUT
@@ -171,6 +218,9 @@ async def _flood(spec: dict[str, Any]) -> None:
     outcomes: dict[str, int] = {}
     started_at = time.time()
     ready = asyncio.Event()
+    go = asyncio.Event()  # a held flood's sessions wait for it before their first call
+    if not spec.get("hold"):
+        go.set()
     connected = 0
 
     async def worker() -> None:
@@ -188,6 +238,7 @@ async def _flood(spec: dict[str, Any]) -> None:
                         connected += 1
                         if connected >= spec["concurrency"]:
                             ready.set()
+                    await go.wait()
                     while not stop.is_set():
                         began = time.monotonic()
                         try:
@@ -212,7 +263,23 @@ async def _flood(spec: dict[str, Any]) -> None:
                 await asyncio.sleep(0.05)
 
     tasks = [asyncio.create_task(worker()) for _ in range(spec["concurrency"])]
-    await asyncio.wait_for(ready.wait(), READY_TIMEOUT)
+    if spec.get("hold"):
+        await asyncio.wait_for(ready.wait(), PREPARE_TIMEOUT)
+        print("ready", flush=True)
+        # Held until the runner says go; its closed pipe (the runner gone, or the fault
+        # released), a stop or the hold limit end it without a call.
+        try:
+            line = await asyncio.wait_for(
+                loop.run_in_executor(None, sys.stdin.readline), spec["hold"]
+            )
+        except TimeoutError:
+            line = ""
+        if line.strip() != "go" or stop.is_set():
+            os._exit(0)
+        started_at = time.time()
+        go.set()
+    else:
+        await asyncio.wait_for(ready.wait(), READY_TIMEOUT)
     print("flooding", flush=True)
     await stop.wait()
     ended = time.time()

@@ -90,7 +90,7 @@ from drills.model.scenario import (
     expand_env,
 )
 from drills.probes import Prober
-from injectors import InjectionContext, Observer, Preflight, build
+from injectors import InjectionContext, Observer, Preflight, Prepares, build
 from stack.state import read_state
 
 if TYPE_CHECKING:
@@ -481,8 +481,10 @@ class Runner:
             # The dead-man's switch: reverts this run's faults if the runner dies or hangs.
             watchdog = Watchdog.start(self.run_id, ledger.path, run_dir)
             try:
+                self._prepare(faults)
                 outcome = self._walk(faults, self.lifecycle, load, prober, reader, abort_path)
             finally:
+                self._release(faults)
                 watchdog.stop()
             self._watchdog_actions = [a for a in watchdog.actions() if "key" in a]
             for action in self._watchdog_actions:
@@ -622,6 +624,29 @@ class Runner:
                 }
                 self._event("aborted", **outcome.abort)
         return outcome
+
+    def _prepare(self, faults: list[FaultRun]) -> None:
+        """Faults that take long to set up (``Prepares``: a tool flood's sessions) get ready
+        now, before the load and the timeline, so each lands whole at its scheduled time."""
+        for planned in faults:
+            if isinstance(planned.injector, Prepares):
+                began = time.time()
+                ready = planned.injector.prepare()
+                planned.preflight = {
+                    **(planned.preflight or {}),
+                    "prepared": {**ready, "took_s": round(time.time() - began, 2)},
+                }
+                self._say(
+                    f"{planned.injector.kind} on {planned.injector.target}: ready in "
+                    f"{time.time() - began:.1f}s, to be applied at its time"
+                )
+
+    @staticmethod
+    def _release(faults: list[FaultRun]) -> None:
+        """Undo what ``_prepare`` set up for faults that were never applied."""
+        for planned in faults:
+            if isinstance(planned.injector, Prepares) and planned.applied_at is None:
+                planned.injector.release()
 
     @staticmethod
     def _observe(faults: list[FaultRun]) -> None:
