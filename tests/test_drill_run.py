@@ -342,9 +342,8 @@ def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_jou
     drill.write_text(
         SHORT.read_text()
         .replace("../../scenarios/", f"{ROOT / 'scenarios'}/")
-        .replace(
+        .replace(  # (four faults at once: the default policy's most)
             "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n",
-            "      - {kind: toxiproxy.latency, target: backup, latency: 3s}\n"
             "      - {kind: test.broken_revert, target: nothing}\n"
             "      - {kind: test.forgetful_revert, target: vllm-1}\n",
         )
