@@ -352,8 +352,8 @@ def test_a_revert_that_raises_runtime_error_spares_the_other_reverts_and_the_jou
         journal = run(drill, stack.gateway_url, stack, tmp_path)
         # Every toxic the drill's faults reverted is gone although one revert in the same exit
         # stack raised; the one a revert only said it removed is still there.
-        left = {n: p.toxics for n, p in stack.toxiproxy.proxies().items() if p.toxics}
-        assert left == {"vllm-1": (_ForgetfulRevert.TOXIC,)}, left
+        left = {n: [t.name for t in p.toxics] for n, p in stack.toxiproxy.proxies().items()}
+        assert {n: t for n, t in left.items() if t} == {"vllm-1": ["forgotten"]}, left
     finally:
         stack.toxiproxy.remove_toxic("vllm-1", _ForgetfulRevert.TOXIC.name)
     # The chain read after the drill says so, whatever the revert claimed.
@@ -490,7 +490,7 @@ def test_a_stuck_runner_its_faults_are_reverted_once_they_outlive_their_schedule
     assert outcome["status"] == "failed" and outcome["verdict"] == "failed", outcome
     assert outcome["left_in_force"] == [] and outcome["journal"] == str(written[0])
     assert {c["label"] for c in outcome["checks"]} == {c["label"] for c in journal["checks"]}
-    assert "[fault" in errors
+    assert "drill short-latency:" in errors  # what it says as it goes is on stderr
     actions = journal["rollbacks"]["watchdog"]
     assert sorted(a["target"] for a in actions) == ["backup", "vllm-0", "vllm-1"], actions
     assert all(
