@@ -394,6 +394,27 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_day_plan_json(
+    plan: Any, drills: list[Any], answers: dict[str, Any], options: RunOptions
+) -> int:
+    """``drills gameday --dry-run --json``: each step, a drill's with its plan."""
+    drill_iter = iter(drills)
+    steps: list[dict[str, Any]] = []
+    for step in plan.steps:
+        if step.note is not None:
+            steps.append({"note": step.note})
+        elif step.checkpoint is not None:
+            answered = answers.get(step.checkpoint.id)
+            pre = {"answer": answered.answer, "by": answered.by} if answered else None
+            checkpoint = step.checkpoint.model_dump(mode="json")
+            steps.append({"checkpoint": checkpoint, "pre_answered": pre})
+        else:
+            scenario, doc = next(drill_iter)
+            steps.append({"drill": _plan(scenario, doc, options), "on_fail": step.on_fail})
+    print(json.dumps({"gameday": plan.gameday, "title": plan.title, "steps": steps}, indent=2))
+    return _allowed([s["drill"] for s in steps if "drill" in s])
+
+
 def _report(args: argparse.Namespace) -> int:
     from reports import render_all
 
@@ -615,7 +636,7 @@ def _gate(args: argparse.Namespace) -> int:
     assert options.safety is not None
     files = collect_scenarios(args.paths)
     if args.dry_run and args.json:
-        plans = [_plan(*load_scenario(path), options) for path in files]
+        plans = [_plan(*load_scenario(path), options) for path in files]  # scenario, doc
         print(json.dumps(plans, indent=2))
         return _allowed(plans)
     if args.dry_run:
@@ -645,22 +666,7 @@ def _gate(args: argparse.Namespace) -> int:
     )
     paths = write_gate_reports(results, args.out)
     if args.json:
-        gated: dict[str, Any] = {
-            "verdict": "passed" if all(r.verdict == "passed" for r in results) else "failed",
-            "drills": [
-                {
-                    "name": r.name,
-                    "path": str(r.path),
-                    "verdict": r.verdict,
-                    "run": _outcome_json(r.journal) if r.journal else None,
-                }
-                for r in results
-            ],
-            "junit": str(paths["junit"]),
-            "summary": str(paths["markdown"]),
-        }
-        print(json.dumps(gated, indent=2))
-        return EXIT_OK if gated["verdict"] == "passed" else EXIT_FAILED
+        return _print_gate_json(results, paths)
     for result in results:
         print(f"{result.verdict.upper():11} {result.name}  ({result.path})")
         outcome = result.journal.twin if result.journal else None
@@ -679,6 +685,25 @@ def _gate(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED
 
 
+def _print_gate_json(results: list[Any], paths: dict[str, Path]) -> int:
+    gated: dict[str, Any] = {
+        "verdict": "passed" if all(r.verdict == "passed" for r in results) else "failed",
+        "drills": [
+            {
+                "name": r.name,
+                "path": str(r.path),
+                "verdict": r.verdict,
+                "run": _outcome_json(r.journal) if r.journal else None,
+            }
+            for r in results
+        ],
+        "junit": str(paths["junit"]),
+        "summary": str(paths["markdown"]),
+    }
+    print(json.dumps(gated, indent=2))
+    return EXIT_OK if gated["verdict"] == "passed" else EXIT_FAILED
+
+
 def _gameday(args: argparse.Namespace) -> int:
     from drills.gameday import GameDay, TerminalResponder, load_answers, load_plan
 
@@ -695,26 +720,7 @@ def _gameday(args: argparse.Namespace) -> int:
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.dry_run and args.json:
-        drill_iter = iter(drills)
-        steps: list[dict[str, Any]] = []
-        for step in plan.steps:
-            if step.note is not None:
-                steps.append({"note": step.note})
-            elif step.checkpoint is not None:
-                answered = answers.get(step.checkpoint.id)
-                steps.append(
-                    {
-                        "checkpoint": step.checkpoint.model_dump(mode="json"),
-                        "pre_answered": {"answer": answered.answer, "by": answered.by}
-                        if answered
-                        else None,
-                    }
-                )
-            else:
-                planned = _plan(*next(drill_iter), day._options())
-                steps.append({"drill": planned, "on_fail": step.on_fail})
-        print(json.dumps({"gameday": plan.gameday, "title": plan.title, "steps": steps}, indent=2))
-        return _allowed([s["drill"] for s in steps if "drill" in s])
+        return _print_day_plan_json(plan, drills, answers, day._options())
     if args.dry_run:
         allowed = True
         print(f"game day {plan.gameday}: {plan.title}  ({doc.path})")
@@ -738,18 +744,9 @@ def _gameday(args: argparse.Namespace) -> int:
     day_dir = day.run()
     journal = json.loads((day_dir / "gameday.json").read_text())
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "gameday": journal.get("gameday"),
-                    "verdict": journal["verdict"],
-                    "steps": journal["steps"],
-                    "journal": str(day_dir / "gameday.json"),
-                    "report": str(day_dir / "index.html"),
-                },
-                indent=2,
-            )
-        )
+        summary = {k: journal.get(k) for k in ("gameday", "verdict", "steps")}
+        where = {"journal": str(day_dir / "gameday.json"), "report": str(day_dir / "index.html")}
+        print(json.dumps({**summary, **where}, indent=2))
         return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
     for step in journal["steps"]:
         if step["kind"] == "drill":
@@ -914,10 +911,11 @@ def _run_twins(
 
     twins = pick_twins(scenario, doc, args.twin or None)
     if args.dry_run and args.json:
-        plans: list[dict[str, Any]] = []
-        for twin in twins:
-            on_twin, twin_options = _twin_plan(scenario, twin, options)
-            plans.append({"twin": twin.key, "plan": _plan(on_twin, doc, twin_options)})
+        plans: list[dict[str, Any]] = [
+            {"twin": twin.key, "plan": _plan(on, doc, opts)}
+            for twin in twins
+            for on, opts in [_twin_plan(scenario, twin, options)]
+        ]
         print(json.dumps(plans, indent=2))
         return _allowed([p["plan"] for p in plans])
     if args.dry_run:
@@ -940,27 +938,11 @@ def _run_twins(
         assert outcome is not None
         if args.json:
             outcomes.append(_outcome_json(journal))
+            code = code if outcome.held else EXIT_FAILED
             if journal.rollbacks.left:
                 break
-            if not outcome.held:
-                code = EXIT_FAILED
             continue
-        for check in journal.checks:
-            named = (
-                "must fail"
-                if check.label in outcome.must_fail
-                else "may fail"
-                if check.label in outcome.may_fail
-                else "must pass"
-            )
-            mark = "pass" if check.passed else "FAIL"
-            ok = (check.passed or named != "must pass") and (
-                not check.passed or named != "must fail"
-            )
-            print(
-                f"  {mark}  {check.label} [{named}{'' if ok else ': NOT AS DECLARED'}]: "
-                f"observed {check.observed_text}, expected {check.expected}"
-            )
+        _print_twin_checks(journal)
         for skipped in outcome.skipped_faults:
             print(f"  not applied: {skipped}")
         print(outcome.summary())
@@ -980,6 +962,26 @@ def _run_twins(
     if attach_of(scenario, options) is None:  # the drill's stack is an embedded profile
         _after_the_twins(args)
     return code
+
+
+def _print_twin_checks(journal: Journal) -> None:
+    """Each check of a twin's run with what the twin declared of it."""
+    outcome = journal.twin
+    assert outcome is not None
+    for check in journal.checks:
+        named = (
+            "must fail"
+            if check.label in outcome.must_fail
+            else "may fail"
+            if check.label in outcome.may_fail
+            else "must pass"
+        )
+        mark = "pass" if check.passed else "FAIL"
+        ok = (check.passed or named != "must pass") and (not check.passed or named != "must fail")
+        print(
+            f"  {mark}  {check.label} [{named}{'' if ok else ': NOT AS DECLARED'}]: "
+            f"observed {check.observed_text}, expected {check.expected}"
+        )
 
 
 def _outcome_json(journal: Journal) -> dict[str, Any]:
