@@ -9,6 +9,7 @@ first token at 383 ms), which is the stub's lateness, not the client's. A client
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -142,3 +143,48 @@ def test_a_spike_shape_runs_its_base_then_its_users(tmp_path: Path) -> None:
     assert _most_in_flight([r for r in records if r.start < origin + 1.5]) == 1
     spike = [r for r in records if origin + 2.5 <= r.start < origin + 3.5]
     assert len(spike) >= 5 and _most_in_flight(records) >= 5
+
+
+class WorkflowStub(BaseHTTPRequestHandler):
+    """Answers ``/v1/workflow/run`` at once, naming the kind it was asked for."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        data = json.dumps({"workflow": body["workflow"], "answer": "ok", "tasks": []}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_workflow_load_interleaves_its_kinds_by_weight(tmp_path: Path) -> None:
+    """``endpoint: workflow`` with ``workflows: {brief: 1, lookup: 1}``: the load's requests
+    alternate, so a drill's sample of each kind does not depend on a random draw."""
+    path = tmp_path / "records.jsonl"
+    with serving(WorkflowStub) as url:
+        config = LoadConfig(
+            users=1,
+            wait="50ms",
+            warmup="0s",
+            timeout="10s",
+            endpoint="workflow",
+            workflows={"brief": 1, "lookup": 1},
+        )
+        process = LoadProcess(
+            url, config, FallbackRule(), [[{"role": "user", "content": "q"}]], path, 30
+        )
+        process.start()
+        try:
+            time.sleep(4)
+        finally:
+            process.stop()
+    records = sorted(RecordReader(path).read_new(), key=lambda r: r.start)
+    kinds = [r.workflow for r in records if not r.error]
+    assert len(kinds) >= 6, records
+    assert all(a != b for a, b in itertools.pairwise(kinds)), kinds

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from drills.load import LoadProcess, RecordReader
-from drills.load.arrivals import dispersion, expected_cv, gaps
+from drills.load.arrivals import dispersion, expected_cv, gaps, weighted_cycle
 from drills.load.report import load_report, sent_log_path
 from drills.model.journal import Journal
 from drills.model.records import Record
@@ -47,6 +47,19 @@ def _cv_tolerance(n: int, k: float) -> float:
 
 
 # -- the schedule itself (pure) ----------------------------------------------------------------
+
+
+def test_a_weighted_mix_interleaves_its_kinds_in_proportion_every_run() -> None:
+    """The workflow mix (``load.workflows``): each kind in proportion to its weight, spread
+    evenly, the same every run, so no run of one kind is longer than the weights make it."""
+    assert list(itertools.islice(weighted_cycle({"brief": 1, "lookup": 1}), 6)) == [
+        "brief", "lookup", "brief", "lookup", "brief", "lookup"
+    ]  # fmt: skip
+    drawn = list(itertools.islice(weighted_cycle({"a": 5, "b": 1, "c": 1}), 700))
+    assert (drawn.count("a"), drawn.count("b"), drawn.count("c")) == (500, 100, 100)
+    # Every window of one period (7) holds the proportions exactly: a, a, b, a, c, a, a.
+    assert all(drawn[i : i + 7].count("b") == 1 for i in range(0, 700, 7))
+    assert drawn[:7] == ["a", "a", "b", "a", "c", "a", "a"]
 
 
 @pytest.mark.parametrize(

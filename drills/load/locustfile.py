@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
@@ -45,7 +46,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from drills.load.arrivals import gaps
+from drills.load.arrivals import gaps, weighted_cycle
 from drills.load.fleet import Fleet, Sink, serve_worker, write_json
 from drills.model.gateways import served_by
 from drills.model.records import Record
@@ -113,6 +114,17 @@ def _configure(config: dict[str, Any]) -> None:
 
 
 events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
+
+
+_MIX: list[Iterator[str]] = []
+
+
+def _workflow_mix() -> Iterator[str]:
+    """The load's workflow kinds by their weights, one sequence shared by this process's
+    users (``weighted_cycle``)."""
+    if not _MIX:
+        _MIX.append(weighted_cycle(CONFIG["workflows"]))
+    return _MIX[0]
 
 
 def _is_fallback(headers: Any, text: str) -> bool:
@@ -280,8 +292,7 @@ class Sender:
             self.json_send("/v1/rag/answer", endpoint, {"question": prompt}, index, lag)
             return
         if endpoint == "workflow":
-            kinds = CONFIG["workflows"]
-            kind = random.choices(list(kinds), weights=list(kinds.values()))[0]
+            kind = next(_workflow_mix())
             body = {"workflow": kind, "question": prompt}
             self.json_send("/v1/workflow/run", endpoint, body, index, lag)
             return

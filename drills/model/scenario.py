@@ -585,7 +585,8 @@ class LoadConfig(_Model):
     endpoint: Literal["chat", "rag", "agent", "workflow"] = "chat"
     """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
     questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks); ``workflow``:
-    ``/v1/workflow/run`` (the prompts are the questions, the kind drawn from ``workflows``)."""
+    ``/v1/workflow/run`` (the prompts are the questions; the kinds interleaved by their
+    ``workflows`` weights, the same every run)."""
     workflows: dict[Literal["brief", "lookup"], Annotated[float, Field(gt=0)]] | None = None
     """``endpoint: workflow``: the kinds of workflow sent, by weight (default: as many
     ``brief`` as ``lookup``)."""
