@@ -55,6 +55,15 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.server_close()
 
 
+def reply(handler: BaseHTTPRequestHandler, data: bytes, content_type: str) -> None:
+    """A stub's whole answer: HTTP 200 with ``data`` as its body."""
+    handler.send_response(200)
+    handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def made_up_scenario(
     fault: dict[str, Any],
     checks: list[dict[str, Any]] | None = None,

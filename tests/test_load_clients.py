@@ -21,7 +21,7 @@ import pytest
 
 from drills.load import LoadProcess, RecordReader
 from drills.model.scenario import FallbackRule, LoadConfig
-from tests.helpers import serving
+from tests.helpers import reply, serving
 
 FIRST, GAP, TOKENS = 0.3, 0.1, 4
 # How late after the stub wrote a chunk the client may note it: the loopback, the client's
@@ -65,6 +65,18 @@ class PacedUpstream(BaseHTTPRequestHandler):
         pass
 
 
+def _load(url: str, config: LoadConfig, path: Path, seconds: float) -> None:
+    """The real load process against ``url`` for ``seconds``, its records in ``path``."""
+    process = LoadProcess(
+        url, config, FallbackRule(), [[{"role": "user", "content": "x"}]], path, 30
+    )
+    process.start()
+    try:
+        time.sleep(seconds)
+    finally:
+        process.stop()
+
+
 @pytest.mark.parametrize("client", ["requests", "geventhttpclient"])
 def test_each_token_is_timed_when_it_arrives(tmp_path: Path, client: str) -> None:
     path = tmp_path / "records.jsonl"
@@ -73,14 +85,7 @@ def test_each_token_is_timed_when_it_arrives(tmp_path: Path, client: str) -> Non
         config = LoadConfig(
             users=2, wait="0s", warmup="0s", max_tokens=TOKENS, timeout="10s", client=client
         )
-        process = LoadProcess(
-            url, config, FallbackRule(), [[{"role": "user", "content": "x"}]], path, 30
-        )
-        process.start()
-        try:
-            time.sleep(5)
-        finally:
-            process.stop()
+        _load(url, config, path, 5)
     records = [r for r in RecordReader(path).read_new() if not r.error]
     assert len(records) >= 4, records
     for record in records:
@@ -153,11 +158,7 @@ class WorkflowStub(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         data = json.dumps({"workflow": body["workflow"], "answer": "ok", "tasks": []}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, data, "application/json")
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -176,14 +177,7 @@ def test_a_workflow_load_interleaves_its_kinds_by_weight(tmp_path: Path) -> None
             endpoint="workflow",
             workflows={"brief": 1, "lookup": 1},
         )
-        process = LoadProcess(
-            url, config, FallbackRule(), [[{"role": "user", "content": "q"}]], path, 30
-        )
-        process.start()
-        try:
-            time.sleep(4)
-        finally:
-            process.stop()
+        _load(url, config, path, 4)
     records = sorted(RecordReader(path).read_new(), key=lambda r: r.start)
     kinds = [r.workflow for r in records if not r.error]
     assert len(kinds) >= 6, records

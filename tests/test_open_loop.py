@@ -36,7 +36,7 @@ from drills.model.records import Record
 from drills.model.scenario import FallbackRule, LoadConfig, load_scenario
 from stack.provision import ensure_toxiproxy
 from tests.conftest import drills_cli, isolated_env, run_drill
-from tests.helpers import problems, serving, toxiproxy_server
+from tests.helpers import problems, reply, serving, toxiproxy_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,11 +216,7 @@ class QuickUpstream(BaseHTTPRequestHandler):
                   for f in (None, "stop")]  # fmt: skip
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
         payload += b"data: [DONE]\n\n"
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        reply(self, payload, "text/event-stream")
 
     def log_message(self, *args: Any) -> None:
         pass
