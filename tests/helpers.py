@@ -160,7 +160,8 @@ def drill_account(journal: dict[str, Any]) -> str:
     errors: dict[tuple[str, str], list[float]] = {}
     for record in journal.get("records", []):
         if record.get("error"):
-            key = (str(record.get("phase")), str(record["error"])[:160])
+            where = f"status {record.get('status')} upstream {record.get('upstream')}: "
+            key = (str(record.get("phase")), where + str(record["error"])[:160])
             errors.setdefault(key, []).append(record["start"])
     t0 = journal.get("t0") or journal.get("started_at") or 0
     for (phase, error), starts in sorted(errors.items()):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = ROOT / "scenarios" / "canary.yaml"
-TWIN_FAILS = set(load_scenario(CANARY)[0].twin("canary-long").must_fail)
+TWIN = load_scenario(CANARY)[0].twin("canary-long")
 
 
 def _binomial_p(k: int, n: int, p: float) -> float:
@@ -49,8 +49,10 @@ def test_canary_drill_and_its_twin_beside_the_running_stack(
     assert {r["upstream"] for r in on_canary} == {"canary"}
     # The stack it ran on is the session's, with the canary profile's gateway beside it.
     assert drill["stack"]["gateway"] != stack.gateway_url
-    # The twin: exactly the comparisons it names failed.
-    assert set(twin["twin"]["failed"]) == TWIN_FAILS
+    # The twin: every comparison it must fail failed, and nothing else but the SLO its YAML
+    # says may go either way on a slower machine (may_fail, with the measured reason).
+    failed = set(twin["twin"]["failed"])
+    assert set(TWIN.must_fail) <= failed <= set(TWIN.must_fail) | set(TWIN.may_fail), failed
     tokens = next(c for c in twin["checks"] if c["check"] == "group_ks.tokens")
     assert tokens["observed"] < 1e-6 and "Kolmogorov-Smirnov" in tokens["reason"]
     root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()

@@ -20,7 +20,7 @@ import yaml
 from stack import control
 from stack.litellm import litellm_config, start, wait_ready
 from tests.conftest import RunningStack, drills_cli, free_port, isolated_env, processes_naming
-from tests.helpers import twin_account
+from tests.helpers import drill_account, twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -136,7 +136,7 @@ def test_the_drill_passes_on_the_embedded_gateway_which_reports_the_cut(
     code, journal, stderr = drill("stream-cut", stack, tmp_path, stack.gateway_url, "drills")
     results = checks(journal)
     assert results["truncated_rate during fault"]["passed"], results
-    assert code == 0, stderr
+    assert code == 0, stderr + "\n" + drill_account(journal)
 
 
 def test_one_slow_replica_is_routed_around_and_seen_cooled_down(
@@ -146,7 +146,7 @@ def test_one_slow_replica_is_routed_around_and_seen_cooled_down(
     results = checks(journal)
     opened = results["breaker_opened_within vllm-0"]
     assert opened["source"] == "observed" and "seen at the L7 hop" in opened["reason"], opened
-    assert code == 0, (stderr, results)
+    assert code == 0, drill_account(journal)
     upstreams = {r["upstream"] for r in journal["records"] if r["upstream"]}
     assert upstreams <= {"vllm-0", "vllm-1"} and upstreams  # x-litellm-model-id, mapped
 
@@ -186,7 +186,7 @@ def test_a_killed_replica_is_cooled_down_at_its_first_failure_and_costs_no_error
     )
     wait_healthy(stack)
     results = checks(journal)
-    assert code == 0, (stderr, results)
+    assert code == 0, drill_account(journal)
     dead = [
         h for h in journal["hop_records"] if h["hop"] == "vllm-0" and h["outcome"] != "complete"
     ]
@@ -203,7 +203,7 @@ def test_with_litellms_own_cooldown_logic_a_dead_replica_keeps_failing_requests(
         "replica-killed", stack, tmp_path, stack.gateway_url, "litellm", *state, "--twin"
     )
     wait_healthy(stack)
-    assert code == 0, stderr
+    assert code == 0, stderr + "\n" + drill_account(journal)
     assert journal["twin"]["held"], twin_account(journal)
     results = checks(journal)
     assert not results["error_rate during fault"]["passed"], results
