@@ -35,22 +35,25 @@ person). Everything else in them is the family's own and lands in the journal as
 
 The registry: ``BUILTIN`` names every built-in kind once, as ``module:attribute``, imported
 when first used. Third-party packages add kinds through the entry-point group
-``drills.injectors`` (name: the kind, value: the factory); ``register`` adds one at run time
-(tests, notebooks). A factory is called as ``factory(fault, context, index)``; its module may
-define ``revert_entry(entry)`` for the sweep (built-in families do), else the factory may.
+``drills.injectors`` (name: the kind, value: the factory), loaded by the one plugin loader
+(``drills.common.plugins``); ``register`` adds one at run time (tests, notebooks). A factory
+is called as ``factory(fault, context, index)``. A plugin's factory must have ``spec`` (the
+pydantic model of its fault, whose ``kind`` is the entry point's name) and ``revert_entry(entry)``
+(on the factory or in its module: the sweep and the watchdog revert a crashed run's fault with
+it); one without either is refused when its kind is first used, with the fix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, Protocol, TypedDict, get_args, runtime_checkable
 
 from drills.common.errors import InputError
+from drills.common.plugins import Group, PluginError
 
 __all__ = [
     "BUILTIN",
@@ -65,6 +68,7 @@ __all__ = [
     "build",
     "factory_for",
     "known_kinds",
+    "plugin_problem",
     "plugin_specs",
     "register",
     "revert_entry",
@@ -177,51 +181,103 @@ _EXTRA: dict[str, Factory] = {}
 
 
 def register(kind: str, factory: Factory) -> None:
-    """Add (or replace) the factory for ``kind`` in this process."""
+    """Add (or replace) the factory for ``kind`` in this process; a built-in kind is refused."""
+    if kind in BUILTIN:
+        raise ValueError(f"{kind!r} is a built-in fault kind; give yours another name")
     _EXTRA[kind] = factory
 
 
-@lru_cache(maxsize=1)
-def _plugins() -> dict[str, Any]:
-    """The ``drills.injectors`` entry points, read once per process."""
-    return {e.name: e for e in entry_points(group="drills.injectors")}
+def _reverter(factory: Any) -> Any:
+    """The ``revert_entry`` of a factory, or of the module it comes from."""
+    module = getattr(factory, "__module__", None)
+    found = getattr(import_module(module), "revert_entry", None) if module else None
+    return getattr(factory, "revert_entry", None) or found
+
+
+def _accept(entry: EntryPoint, factory: object) -> Factory:
+    if not callable(factory):
+        raise PLUGINS.refuse(
+            entry, f"is a {type(factory).__name__}, not a factory (a class or a function)"
+        )
+    spec = getattr(factory, "spec", None)
+    fields = getattr(spec, "model_fields", {})
+    if "kind" not in fields:
+        raise PLUGINS.refuse(
+            entry,
+            "has no `spec`: give the factory `spec = YourFault`, a drills.plugin.FaultSpec "
+            f"subclass with `kind: Literal[{entry.name!r}]`",
+        )
+    kinds = get_args(fields["kind"].annotation)
+    if entry.name not in kinds:
+        said = ", ".join(map(repr, kinds)) or "?"
+        raise PLUGINS.refuse(
+            entry,
+            f"its spec {getattr(spec, '__name__', spec)} is of kind {said}; an entry point's "
+            "name must be its fault's kind (rename one of them)",
+        )
+    if not callable(_reverter(factory)):
+        raise PLUGINS.refuse(
+            entry,
+            "has no `revert_entry(entry) -> dict`: without it a fault left by a killed run "
+            "cannot be reverted by the watchdog or the next run; define it on the factory or "
+            "in its module",
+        )
+    return factory
+
+
+PLUGINS: Group[Factory] = Group("drills.injectors", "fault kind", lambda: BUILTIN, _accept)
+"""The ``drills.injectors`` entry points (``drills.common.plugins``: one loader, one set of
+rules for every group)."""
 
 
 def known_kinds() -> list[str]:
-    """Every fault kind that can be injected: built in, registered, and from entry points."""
-    return sorted({*BUILTIN, *_EXTRA, *_plugins()})
+    """Every fault kind that can be injected: built in, registered, and from entry points
+    (broken ones included: using one says why it is broken)."""
+    return sorted({*BUILTIN, *_EXTRA, *PLUGINS.names()})
+
+
+def plugin_problem(kind: str) -> PluginError | None:
+    """Why the plugin fault kind ``kind`` cannot be used, if it cannot."""
+    try:
+        if kind not in BUILTIN and kind not in _EXTRA:
+            PLUGINS.load(kind)
+        clash = PLUGINS.clash(kind)
+    except PluginError as exc:
+        return exc
+    return clash
 
 
 def factory_for(kind: str) -> Factory:
-    """The factory registered for ``kind``; ``InputError`` naming the known kinds if none."""
+    """The factory registered for ``kind``; ``InputError`` naming the known kinds if none, a
+    ``PluginError`` if its plugin cannot be used."""
+    clash = PLUGINS.clash(kind)
+    if clash is not None:
+        raise clash
     if kind in _EXTRA:
         return _EXTRA[kind]
     if kind in BUILTIN:
         module, _, attribute = BUILTIN[kind].partition(":")
         factory: Factory = getattr(import_module(module), attribute)
         return factory
-    plugin = _plugins().get(kind)
+    plugin = PLUGINS.load(kind)
     if plugin is None:
         raise InputError(f"no injector for fault kind {kind!r}; known: {', '.join(known_kinds())}")
-    loaded: Factory = plugin.load()
-    return loaded
+    return plugin
 
 
 def plugin_specs() -> list[Any]:
-    """The fault models (``spec``) of the injectors registered here or by entry point; the
-    built-in families' models are the scenario's own (``drills.model.scenario.BUILTIN_FAULTS``)."""
-    specs = [getattr(f, "spec", None) for f in _EXTRA.values()]
-    for entry in _plugins().values():
-        specs.append(getattr(entry.load(), "spec", None))
-    return [s for s in specs if s is not None]
+    """The fault models (``spec``) of the injectors registered here or by entry point (those
+    that load); the built-in families' models are the scenario's own
+    (``drills.model.scenario.BUILTIN_FAULTS``)."""
+    factories = [*_EXTRA.values(), *PLUGINS.load_all().values()]
+    return [s for s in (getattr(f, "spec", None) for f in factories) if s is not None]
 
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Revert a fault from its ledger entry (written by a run that may have crashed), with the
     ``revert_entry`` of its factory's module (or of the factory itself)."""
     factory = factory_for(str(entry["kind"]))
-    reverter = getattr(import_module(factory.__module__), "revert_entry", None)
-    reverter = getattr(factory, "revert_entry", None) or reverter
+    reverter = _reverter(factory)
     if reverter is None:
         raise InputError(
             f"the injector of {entry['kind']!r} ({factory.__module__}) cannot revert a ledger "

@@ -19,7 +19,7 @@ from typing import Any
 
 from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
 
-from drills.common.errors import RevertError
+from drills.common.errors import InjectionFailed, RevertError
 from drills.engine.ledger import Ledger
 from drills.model.journal import FaultRecord
 from injectors import Injector
@@ -131,13 +131,19 @@ class FaultLifecycle:
             fault.evidence = fault.injector.apply()
             fault.applied_at = fault.evidence.get("applied_at", time.time())
         except Exception as exc:
-            fault.error = f"apply failed: {exc}"
+            what = _what(exc)
+            fault.error = f"apply failed: {what}"
+            # A plugin's bug reads like a built-in's: its type and message always, its
+            # traceback with -v.
+            logger.debug(
+                "apply of %s on %s", fault.injector.kind, fault.injector.target, exc_info=True
+            )
             self.event(
                 "fault_failed",
                 fault=fault.index,
                 kind=fault.injector.kind,
                 target=fault.injector.target,
-                error=str(exc),
+                error=what,
             )
             raise
         finally:
@@ -183,6 +189,9 @@ class FaultLifecycle:
             fault.revert = fault.injector.revert()
         except Exception as exc:
             what = _what(exc)
+            logger.debug(
+                "revert of %s on %s", fault.injector.kind, fault.injector.target, exc_info=True
+            )
             fault.revert_attempts.append({"attempt": number, "at": time.time(), "error": what})
             self.event("revert_failed", fault=fault.index, attempt=number, error=what)
             raise
@@ -191,7 +200,12 @@ class FaultLifecycle:
 
 
 def _what(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, RevertError) else f"{type(exc).__name__}: {exc}"
+    """An error as one line: drills' own fault errors by their message (it names the fault),
+    anything else (a plugin's bug, a client's error) with its type, so that ``KeyError:
+    'pids'`` never shows as ``'pids'``."""
+    if isinstance(exc, RevertError | InjectionFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def parallel(action: Callable[[FaultRun], None], faults: list[FaultRun]) -> list[Exception | None]:

@@ -18,17 +18,19 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from importlib import import_module
+from importlib.metadata import EntryPoint
 from typing import Any, Literal
 
-from drills.common.plugins import load_plugins
+from drills.common.plugins import Group, PluginError
 
 __all__ = [
     "BUILTIN",
     "CheckFamily",
+    "families",
     "family_of",
     "known_checks",
+    "plugin_problems",
     "register",
 ]
 
@@ -185,22 +187,81 @@ _EXTRA: list[CheckFamily] = []
 
 
 def register(family: CheckFamily) -> None:
-    """Add a check family in this process (a plugin's, a test's)."""
+    """Add a check family in this process (a plugin's, a test's); a name a built-in family
+    has is refused."""
+    taken = [n for n in family.names if _builtin_of(n)] + [
+        f.family for f in BUILTIN if f.family == family.family
+    ]
+    if taken:
+        raise ValueError(f"check family {family.family!r}: {taken[0]!r} is built in")
     _EXTRA.append(family)
 
 
-@lru_cache(maxsize=1)
-def _plugins() -> tuple[CheckFamily, ...]:
-    """The ``drills.checks`` entry points, loaded once per process."""
-    return tuple(load_plugins("drills.checks", CheckFamily))
+def _builtin_of(name: str) -> CheckFamily | None:
+    return next((f for f in BUILTIN if f.matches(name)), None)
+
+
+def _accept(entry: EntryPoint, item: object) -> CheckFamily:
+    if not isinstance(item, CheckFamily):
+        raise PLUGINS.refuse(
+            entry,
+            f"is a {type(item).__name__}, not a drills.model.check_families.CheckFamily; point "
+            "the entry point at a CheckFamily(...) object",
+        )
+    if item.family != entry.name:
+        raise PLUGINS.refuse(
+            entry,
+            f"loads the check family {item.family!r}; an entry point's name must be its "
+            "family's name (rename one of them)",
+        )
+    for name in item.names:
+        builtin = _builtin_of(name)
+        if builtin is not None:
+            _CLAIMED[name] = PLUGINS.refuse(
+                entry,
+                f"adds the check {name!r}, which is the built-in family {builtin.family!r}'s; "
+                "rename the check (a plugin cannot replace a built-in)",
+            )
+            raise _CLAIMED[name]
+    return item
+
+
+_CLAIMED: dict[str, PluginError] = {}
+"""Check names a plugin family claims that a built-in family has: the error for a drill that
+uses one (which of the two it means cannot be told)."""
+
+
+PLUGINS: Group[CheckFamily] = Group(
+    "drills.checks", "check family", lambda: [f.family for f in BUILTIN], _accept
+)
+"""The ``drills.checks`` entry points (``drills.common.plugins``: one loader, one set of rules
+for every group)."""
 
 
 def families() -> list[CheckFamily]:
-    return [*BUILTIN, *_EXTRA, *_plugins()]
+    """Every usable family: built in, registered here, from entry points (broken ones left
+    out: ``PLUGINS.broken()``)."""
+    return [*BUILTIN, *_EXTRA, *PLUGINS.load_all().values()]
 
 
 def family_of(name: str) -> CheckFamily | None:
-    return next((f for f in families() if f.matches(name)), None)
+    """The family a check name belongs to; ``None`` if none; ``PluginError`` if the plugin
+    family it names cannot be used."""
+    clash = PLUGINS.clash(name)
+    if clash is not None:
+        raise clash
+    found = next((f for f in families() if f.matches(name)), None)
+    if name in _CLAIMED:
+        raise _CLAIMED[name]
+    if found is None and name in PLUGINS.names():
+        PLUGINS.load(name)  # a broken family called like its check: its own error
+    return found
+
+
+def plugin_problems() -> list[PluginError]:
+    """Why each ``drills.checks`` entry point that cannot be used cannot be."""
+    PLUGINS.load_all()
+    return PLUGINS.broken()
 
 
 def known_checks() -> list[str]:

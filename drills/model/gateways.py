@@ -15,12 +15,12 @@ field (``adapter: {use: litellm, health: {path: /health/readiness}}``).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from importlib.metadata import EntryPoint
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drills.common.plugins import load_plugins
+from drills.common.plugins import Group, PluginError
 from drills.common.units import Duration
 
 __all__ = [
@@ -200,26 +200,56 @@ _EXTRA: dict[str, GatewayAdapter] = {}
 
 
 def register(item: GatewayAdapter) -> None:
-    """Add (or replace) an adapter in this process."""
+    """Add (or replace) an adapter in this process; a built-in name is refused."""
+    if item.name in BUILTIN:
+        raise ValueError(f"{item.name!r} is a built-in gateway adapter; give yours another name")
     _EXTRA[item.name] = item
 
 
-@lru_cache(maxsize=1)
-def _plugins() -> dict[str, GatewayAdapter]:
-    """The ``drills.gateways`` entry points, loaded once per process."""
-    return {item.name: item for item in load_plugins("drills.gateways", GatewayAdapter)}
+def _accept(entry: EntryPoint, item: object) -> GatewayAdapter:
+    if not isinstance(item, GatewayAdapter):
+        raise PLUGINS.refuse(
+            entry,
+            f"is a {type(item).__name__}, not a drills.model.gateways.GatewayAdapter; point "
+            "the entry point at a GatewayAdapter(...) object",
+        )
+    if item.name != entry.name:
+        raise PLUGINS.refuse(
+            entry,
+            f"loads the adapter {item.name!r}; an entry point's name must be its adapter's "
+            "name (rename one of them)",
+        )
+    return item
+
+
+PLUGINS: Group[GatewayAdapter] = Group(
+    "drills.gateways", "gateway adapter", lambda: BUILTIN, _accept
+)
+"""The ``drills.gateways`` entry points (``drills.common.plugins``: one loader, one set of
+rules for every group)."""
 
 
 def known_adapters() -> dict[str, GatewayAdapter]:
-    return {**BUILTIN, **_plugins(), **_EXTRA}
+    """Every adapter that can be used: built in, from entry points (broken ones left out, see
+    ``PLUGINS.broken()``), registered in this process."""
+    return {**BUILTIN, **PLUGINS.load_all(), **_EXTRA}
 
 
 def adapter(name: str) -> GatewayAdapter:
-    """The adapter called ``name``; ``ValueError`` naming the known ones otherwise."""
-    found = known_adapters().get(name)
+    """The adapter called ``name``; ``ValueError`` naming the known ones (and any broken
+    plugin's error) otherwise."""
+    try:
+        clash = PLUGINS.clash(name)
+        if clash is not None:
+            raise clash
+        found = _EXTRA.get(name) or BUILTIN.get(name) or PLUGINS.load(name)
+    except PluginError as exc:
+        raise ValueError(str(exc)) from None
     if found is None:
+        broken = "".join(f"; {e}" for e in PLUGINS.broken())
         raise ValueError(
-            f"unknown gateway adapter {name!r}; expected one of: {', '.join(known_adapters())}"
+            f"unknown gateway adapter {name!r}; expected one of: "
+            f"{', '.join(known_adapters())}{broken}"
         )
     return found
 

@@ -42,10 +42,17 @@ from drills.common.hop import (
     StatusRule,
     WedgeRule,
 )
+from drills.common.plugins import PluginError
 from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
-from drills.model.check_families import CheckFamily, family_of, known_checks
-from drills.model.gateways import GatewayAdapter, merged
+from drills.model.check_families import (
+    CheckFamily,
+    families,
+    family_of,
+    known_checks,
+    plugin_problems,
+)
+from drills.model.gateways import GatewayAdapter, known_adapters, merged
 from drills.model.records import Record
 from drills.model.references import scenario_references
 
@@ -445,6 +452,12 @@ def _validate_fault(value: Any) -> FaultSpec:
     # a plugin's fault kind validates exactly like a built-in one.
     if isinstance(value, FaultSpec):
         return value
+    if isinstance(value, dict) and isinstance(value.get("kind"), str):
+        from injectors.base import plugin_problem
+
+        problem = plugin_problem(value["kind"])
+        if problem is not None:  # a plugin's kind that cannot be used: say why, not "unknown"
+            raise ValueError(str(problem))
     fault: FaultSpec = _fault_adapter(fault_models()).validate_python(value)
     return fault
 
@@ -747,11 +760,15 @@ class Check(_Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> Check:
-        family = family_of(self.check)
+        try:
+            family = family_of(self.check)
+        except PluginError as exc:
+            raise ValueError(str(exc)) from None
         if family is None:
+            broken = "".join(f"; {e}" for e in plugin_problems())
             raise ValueError(
                 f"unknown check {self.check!r}; expected one of: {', '.join(known_checks())} "
-                "(pNN: p50, p75, p90, p95, p99, p999)"
+                f"(pNN: p50, p75, p90, p95, p99, p999){broken}"
             )
         name = self.check
         if not family.takes_during and (self.above is not None or self.during is not None):
@@ -1536,6 +1553,79 @@ def scenario_schema() -> dict[str, Any]:
             "additionalProperties": False,
         }
     )
+    _enumerate_names(schema["$defs"])
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "drills scenario"
     return schema
+
+
+def _expand(pattern: str) -> list[str] | None:
+    """Every string a name pattern matches, for the simple patterns check families use
+    (literals, ``\\.``, and groups of alternatives: ``(ttft|e2e)\\.p(50|99)``); ``None``
+    for any other pattern."""
+
+    def seq(i: int) -> tuple[list[str], int]:
+        out = [""]
+        while i < len(pattern) and pattern[i] not in "|)":
+            char = pattern[i]
+            if char == "(":
+                alts, i = group(i + 1)
+                out = [a + b for a in out for b in alts]
+                continue
+            if char == "\\" and i + 1 < len(pattern) and pattern[i + 1] in ".-_":
+                char, i = pattern[i + 1], i + 1
+            elif not (char.isalnum() or char in "_-"):
+                raise ValueError(char)
+            out, i = [a + char for a in out], i + 1
+        return out, i
+
+    def group(i: int) -> tuple[list[str], int]:
+        alts: list[str] = []
+        while True:
+            part, i = seq(i)
+            alts += part
+            if i >= len(pattern):
+                raise ValueError("unclosed group")
+            if pattern[i] == ")":
+                return alts, i + 1
+            i += 1
+
+    try:
+        names, end = seq(0)
+    except ValueError:
+        return None
+    return names if end == len(pattern) else None
+
+
+def _enumerate_names(defs: dict[str, Any]) -> None:
+    """The schema's check names and gateway adapters as the values they may take (plugins'
+    included), so that an editor completes them: ``check`` from every check family (a name
+    pattern expanded, or kept as a pattern), ``adapter`` from every known adapter."""
+    names: set[str] = set()
+    patterns: list[str] = []
+    for family in families():
+        names.update(family.names)
+        if family.pattern is not None:
+            expanded = _expand(family.pattern)
+            if expanded is None:
+                patterns.append(f"^(?:{family.pattern})$")
+            else:
+                names.update(expanded)
+    check = defs["Check"]["properties"]["check"]
+    choices: list[dict[str, Any]] = [{"type": "string", "enum": sorted(names)}]
+    choices += [{"type": "string", "pattern": p} for p in patterns]
+    defs["Check"]["properties"]["check"] = {
+        "title": check.get("title", "Check"),
+        "description": "The check: a name of one of the check families (built in or a plugin's).",
+        "anyOf": choices,
+    }
+    adapters = sorted(known_adapters())
+    adapter = defs["Attach"]["properties"]["adapter"]
+    adapter["anyOf"] = [
+        {"type": "string", "enum": adapters},
+        {
+            "type": "object",
+            "properties": {"use": {"type": "string", "enum": adapters}},
+            "additionalProperties": True,
+        },
+    ]
