@@ -241,10 +241,14 @@ def _run_load(
     try:
         # The schedule runs ``seconds`` from its first arrival (the sent log is written then), not
         # from the process start: Locust's start-up took over a second of a 4 s run on a busy
-        # machine, and the schedule fell short of what the test counted on.
+        # machine, and the schedule fell short of what the test counted on. A closed loop runs
+        # ``seconds`` from its first request (as a drill's windows do): on a machine busy with
+        # three engines starting, its start-up took all of a 3 s run, and it sent nothing.
         deadline = time.monotonic() + 30
         while load.get("rate") and not log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        if not load.get("rate"):
+            process.wait_started(timeout=30)
         time.sleep(seconds)
     finally:
         process.stop()
