@@ -542,10 +542,12 @@ def _attach_args(parser: argparse.ArgumentParser) -> None:
     """Attach to a running stack; each one given overrides the scenario's attach section."""
     parser.add_argument(
         "--gateway",
-        help="attach: the gateway's base URL (with --toxiproxy, unless the scenario's attach "
-        "section names it)",
+        help="attach: the gateway's base URL (the rest from the scenario's attach section)",
     )
-    parser.add_argument("--toxiproxy", help="attach: the Toxiproxy API's base URL")
+    parser.add_argument(
+        "--toxiproxy",
+        help="attach: the Toxiproxy API's base URL (needed by drills with toxiproxy.* faults)",
+    )
     parser.add_argument(
         "--adapter",
         help="attach: how to read the gateway (drills, litellm, envoy or a plugin's; "
@@ -553,6 +555,10 @@ def _attach_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hop", help="attach: the control API of the harness's L7 hop (python -m drills.hop)"
+    )
+    parser.add_argument(
+        "--prometheus",
+        help="attach: the team's Prometheus (base URL), which promql checks query, read-only",
     )
 
 
@@ -581,12 +587,13 @@ def _options(args: argparse.Namespace) -> RunOptions:
         "toxiproxy": args.toxiproxy,
         "adapter": adapter,
         "hop": getattr(args, "hop", None),
+        "prometheus": _prometheus(getattr(args, "prometheus", None)),
     }
     # Only what was given: the scenario's attach section gives the rest (``attach_of``), and
     # a scenario without one needs --toxiproxy too (said there, with the scenario's name).
     attach = (
         Attach.model_construct(**{k: v for k, v in given.items() if v is not None})
-        if args.gateway
+        if args.gateway or given["prometheus"]
         else None
     )
     return RunOptions(
@@ -600,6 +607,20 @@ def _options(args: argparse.Namespace) -> RunOptions:
         keep_stack=getattr(args, "keep_stack", False),
         with_parts=frozenset(getattr(args, "with_parts", None) or ()),
     )
+
+
+def _prometheus(url: str | None) -> Any:
+    """``--prometheus URL`` as the attach section's ``prometheus``; bad input if no URL."""
+    from pydantic import ValidationError
+
+    from drills.model.scenario import PrometheusEndpoint
+
+    if url is None:
+        return None
+    try:
+        return PrometheusEndpoint(url=url)
+    except ValidationError:
+        raise InputError(f"--prometheus: {url!r} is not an http(s):// URL") from None
 
 
 def _plan(scenario: Scenario, doc: YamlDocument, options: RunOptions) -> dict[str, Any]:

@@ -12,11 +12,12 @@ fault was reverted), so JUnit XML shows a case per check. A failed case names th
 value, what was expected and the runbook step. Drills are marked ``drill`` and with every entry
 of their ``tags``, so ``-m`` selects them.
 
-The stack: ``--drills-gateway``/``--drills-toxiproxy`` attach to a running one; otherwise the
-profile (``--drills-profile``, or each scenario's own ``stack:``) is brought up once for the
-session, with the optional parts its collected drills need (``drills.engine.parts``), and taken
-down at its end if this session started it (``--drills-keep-stack`` leaves it). Python tests get
-the same through the ``drills_stack`` and ``drills_run`` fixtures.
+The stack: ``--drills-gateway`` (and ``--drills-toxiproxy`` for Toxiproxy faults) attach to a
+running one; otherwise the profile (``--drills-profile``, or each scenario's own ``stack:``) is
+brought up once for the session, with the optional parts its collected drills need
+(``drills.engine.parts``), and taken down at its end if this session started it
+(``--drills-keep-stack`` leaves it). Python tests get the same through the ``drills_stack``
+and ``drills_run`` fixtures.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drill: a drill scenario collected from YAML")
-    if bool(config.getoption("drills_gateway")) != bool(config.getoption("drills_toxiproxy")):
+    if config.getoption("drills_toxiproxy") and not config.getoption("drills_gateway"):
         raise pytest.UsageError(
-            "--drills-gateway and --drills-toxiproxy go together (attach to a running stack)"
+            "--drills-toxiproxy without --drills-gateway: attaching needs the gateway's URL"
         )
     config.stash[_SESSION] = DrillSession(config)
 
@@ -156,7 +157,13 @@ class DrillSession:
         options = RunOptions(
             out_dir=Path(self._opt("drills_out")),
             profile=self._opt("drills_profile"),
-            attach=Attach(gateway=gateway, toxiproxy=toxiproxy) if gateway else None,
+            # Only what was given: a drill's attach section gives the rest, and a drill
+            # without Toxiproxy faults needs no Toxiproxy (``runner.attach_of``).
+            attach=Attach.model_construct(
+                gateway=gateway, **({"toxiproxy": toxiproxy} if toxiproxy else {})
+            )
+            if gateway
+            else None,
             state_dir=Path(state) if state else None,
             safety=load_policy(Path(safety) if safety else None),
             stack_config=self._opt("drills_stack_config"),

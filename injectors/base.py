@@ -91,7 +91,8 @@ class RevertOutcome(TypedDict, total=False):
 @dataclass(frozen=True)
 class InjectionContext:
     run_id: str
-    toxiproxy_url: str
+    toxiproxy_url: str | None
+    """Toxiproxy's API; ``None``: the stack names none (the drill has no Toxiproxy fault)."""
     toxiproxy: Any = None
     """A ``ToxiproxyClient`` shared by the run's injectors (kept-alive connection: faults land
     within milliseconds of their scheduled time); one is made per call if absent."""

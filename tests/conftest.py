@@ -79,13 +79,13 @@ class RunningStack:
         assert self.config.hop is not None
         return f"http://{self.config.host}:{self.config.hop.control_port}"
 
-    def attach_args(self, gateway: str | None = None) -> list[str]:
-        """``drills run``'s flags that attach to this stack (its gateway, or ``gateway``)."""
+    def attach_args(self, gateway: str | None = None, toxiproxy: bool = True) -> list[str]:
+        """``drills run``'s flags that attach to this stack (its gateway, or ``gateway``;
+        its Toxiproxy unless ``toxiproxy`` is false)."""
         return [
             "--gateway",
             gateway or self.gateway_url,
-            "--toxiproxy",
-            self.toxiproxy_url,
+            *(["--toxiproxy", self.toxiproxy_url] if toxiproxy else []),
             "--hop",
             self.hop_url,
         ]

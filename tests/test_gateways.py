@@ -279,9 +279,21 @@ def test_gateway_alone_takes_the_rest_from_the_scenarios_attach_section(tmp_path
         env=env,
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "--gateway without --toxiproxy: drill inference-latency has no attach section" in (
-        refused.stderr
+    said = refused.stderr
+    assert "drill inference-latency injects through Toxiproxy (phases[1].inject[0] " in said
+    assert "and the stack it attaches to names none: give --toxiproxy URL or " in said
+    # A drill without Toxiproxy faults attaches without one (its faults are at the L7 hop).
+    hop_only = ROOT / "scenarios" / "litellm" / "stream-cut.yaml"
+    planned = subprocess.run(
+        drills_cli(
+            "run", str(hop_only), "--gateway", "http://127.0.0.1:4999", "--dry-run", "--json"
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
     )
+    assert planned.returncode == 0, planned.stderr
+    assert "toxiproxy" not in json.loads(planned.stdout)["stack"]["attach"]
     alone = subprocess.run(
         drills_cli("run", str(path), "--toxiproxy", "http://127.0.0.1:8474", "--dry-run"),
         capture_output=True,

@@ -85,9 +85,15 @@ def test_a_bad_drill_file_is_a_clean_collection_error(
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
 
-def test_attach_options_go_together(pytester: pytest.Pytester, drill_dir: Path) -> None:
+def test_toxiproxy_alone_is_refused_and_gateway_alone_needs_no_toxiproxy_fault(
+    pytester: pytest.Pytester, drill_dir: Path
+) -> None:
+    result = pytester.runpytest_subprocess("--drills-toxiproxy", "http://127.0.0.1:1")
+    result.stderr.fnmatch_lines(["*--drills-toxiproxy without --drills-gateway*"])
+    # The drill here has a Toxiproxy fault: attached with a gateway alone, it is refused
+    # before anything runs, naming the fault.
     result = pytester.runpytest_subprocess("--drills-gateway", "http://127.0.0.1:1")
-    result.stderr.fnmatch_lines(["*--drills-gateway and --drills-toxiproxy go together*"])
+    result.stdout.fnmatch_lines(["*injects through Toxiproxy (phases[[]1[]].inject[[]0[]]*"])
 
 
 @pytest.mark.stack

@@ -20,7 +20,7 @@ from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import CheckResult, FaultRecord, Probe
 from drills.model.records import Record
-from drills.model.scenario import KILL_KINDS, Check, Scenario, bound_value
+from drills.model.scenario import KILL_KINDS, Check, PrometheusEndpoint, Scenario, bound_value
 from drills.model.windows import charge
 
 __all__ = [
@@ -76,6 +76,8 @@ class Evaluation:
     stack's is known to the harness)."""
     l7_hops: list[str] | None = None
     """The hops the harness's L7 hop fronts, as it listed them (``None``: not asked)."""
+    prometheus: PrometheusEndpoint | None = None
+    """The team's Prometheus, which ``promql`` checks query (``stack.attach.prometheus``)."""
 
     def __post_init__(self) -> None:
         charge(self.records, self.phases, self.faults)

@@ -42,6 +42,7 @@ def check_prometheus(check: Check, ev: Evaluation) -> CheckResult:
         "increase": increase_of(points),
         "max": max(values),
         "min": min(values),
+        "avg": sum(values) / len(values),
         "last": values[-1],
     }[check.agg]
     return result(check, "prometheus", observed, len(points))

@@ -34,8 +34,9 @@ def run_claims(
     """The claims of a run of ``scenario`` on the attached stack ``attach``, or else on the
     embedded stack of ``profile`` kept in ``state_dir``."""
     claims: set[str] = set()
+    toxiproxy: str | None
     if attach is not None:
-        toxiproxy = _url(attach.toxiproxy)
+        toxiproxy = _url(attach.toxiproxy) if attach.toxiproxy else None
         claims.add(f"gateway {_url(attach.gateway)}")
         if attach.hop:
             claims.add(f"hop {_url(attach.hop)}")
@@ -47,7 +48,8 @@ def run_claims(
         if config.hop is not None:
             claims.add(f"hop {_url(f'{host}:{config.hop.control_port}')}")
         claims.add(f"stack {(state_dir or default_state_dir()).resolve()}")
-    claims.add(f"toxiproxy {toxiproxy}")
+    if toxiproxy is not None:
+        claims.add(f"toxiproxy {toxiproxy}")
     for phase in scenario.phases:
         for fault in phase.inject:
             where = [

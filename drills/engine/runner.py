@@ -31,6 +31,7 @@ import httpx
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
 from drills.checks.observed import attribute
+from drills.checks.promql import check_queries, has_prometheus
 from drills.common.errors import (
     ConfigError,
     HopError,
@@ -82,12 +83,14 @@ from drills.model.records import Record
 from drills.model.scenario import (
     AbortCondition,
     Attach,
+    PrometheusEndpoint,
     Scenario,
     SpikeShape,
     check_adapter_hops,
     check_profile,
     check_targets,
     expand_env,
+    toxiproxy_faults,
 )
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, Prepares, build
@@ -112,7 +115,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class StackEndpoints:
     gateway: str
-    toxiproxy: str
+    toxiproxy: str | None
+    """Toxiproxy's API; ``None``: an attached stack that names none (its drills have no
+    Toxiproxy fault)."""
     metrics: dict[str, str]
     profile: str | None = None
     components: list[dict[str, Any]] = field(default_factory=list)
@@ -122,6 +127,8 @@ class StackEndpoints:
     """The control API of the harness's L7 hop (``drills.hop``), when the stack runs one."""
     left_out: list[str] = field(default_factory=list)
     """Optional parts of the profile the embedded stack runs without."""
+    prometheus: PrometheusEndpoint | None = None
+    """The team's Prometheus (``stack.attach.prometheus``), which ``promql`` checks query."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -169,15 +176,29 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     own = scenario.stack if isinstance(scenario.stack, Attach) else None
     given = options.attach
     if given is None:
-        return own
+        return own if own is None else _with_toxiproxy_if_needed(scenario, own)
     if own is None:
-        if "toxiproxy" not in given.model_fields_set:
+        if "gateway" not in given.model_fields_set:
             raise InputError(
-                f"--gateway without --toxiproxy: drill {scenario.drill} has no attach section "
-                "that names its Toxiproxy; give --toxiproxy URL"
+                f"--prometheus without --gateway: drill {scenario.drill} has no attach section "
+                "that names its gateway; give --gateway URL"
             )
-        return Attach.model_validate(given.model_dump(include=given.model_fields_set))
-    return own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
+        attach = Attach.model_validate(given.model_dump(include=given.model_fields_set))
+    else:
+        attach = own.model_copy(update={f: getattr(given, f) for f in given.model_fields_set})
+    return _with_toxiproxy_if_needed(scenario, attach)
+
+
+def _with_toxiproxy_if_needed(scenario: Scenario, attach: Attach) -> Attach:
+    """``attach``, refused (bad input, nothing applied) if the drill injects through a
+    Toxiproxy it does not name: a drill without Toxiproxy faults needs none."""
+    uses = toxiproxy_faults(scenario)
+    if attach.toxiproxy is None and uses:
+        raise InputError(
+            f"drill {scenario.drill} injects through Toxiproxy ({', '.join(uses)}), and the "
+            "stack it attaches to names none: give --toxiproxy URL or stack.attach.toxiproxy"
+        )
+    return attach
 
 
 def scenario_sends_at_once(scenario: Scenario) -> bool:
@@ -197,7 +218,9 @@ def attach_urls(attach: Attach | None) -> dict[str, str]:
     if attach is None:
         return {}
     hop = {"hop": attach.hop} if attach.hop else {}
-    return {"gateway": attach.gateway, "toxiproxy": attach.toxiproxy, **hop, **attach.metrics}
+    toxiproxy = {"toxiproxy": attach.toxiproxy} if attach.toxiproxy else {}
+    prometheus = {"prometheus": attach.prometheus.url} if attach.prometheus else {}
+    return {"gateway": attach.gateway, **toxiproxy, **hop, **prometheus, **attach.metrics}
 
 
 def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
@@ -205,15 +228,16 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     if attach is not None:
         adapter = attach.gateway_adapter()
         gateway = attach.gateway.rstrip("/")
+        toxiproxy = attach.toxiproxy.rstrip("/") if attach.toxiproxy else None
         metrics = {
             # an adapter whose gateway publishes no metrics (metrics_path: none): no scrape
             **({"gateway": f"{gateway}{adapter.metrics_path}"} if adapter.metrics_path else {}),
-            "toxiproxy": f"{attach.toxiproxy.rstrip('/')}/metrics",
+            **({"toxiproxy": f"{toxiproxy}/metrics"} if toxiproxy else {}),
             **attach.metrics,
         }
         hop = attach.hop.rstrip("/") if attach.hop else None
         return StackEndpoints(
-            gateway, attach.toxiproxy.rstrip("/"), metrics, adapter=adapter, hop=hop
+            gateway, toxiproxy, metrics, adapter=adapter, hop=hop, prometheus=attach.prometheus
         )
     from stack import control
 
@@ -277,6 +301,14 @@ def no_other_run() -> bool:
     return all(int(r["pid"]) == os.getpid() for r in active_runs())
 
 
+def _proxies(endpoints: StackEndpoints) -> list[str]:
+    """The names of the stack's Toxiproxy proxies (``[]``: it names no Toxiproxy)."""
+    if endpoints.toxiproxy is None:
+        return []
+    with ToxiproxyClient(endpoints.toxiproxy) as client:
+        return sorted(client.proxies())
+
+
 def _l7_hops(endpoints: StackEndpoints) -> list[str]:
     """The hops of the stack's L7 hop (``[]``: it runs none)."""
     if endpoints.hop is None:
@@ -293,10 +325,12 @@ def check_health(endpoints: StackEndpoints, doc: YamlDocument | None = None) -> 
     when there is one), not a sick stack."""
     health = endpoints.adapter.health
     headers = {k: expand_env(v) for k, v in health.headers.items()}
-    for what, url, ok, timeout in (
-        ("gateway", f"{endpoints.gateway}{health.path}", health.expect_status, health.timeout),
-        ("toxiproxy", f"{endpoints.toxiproxy}/version", [200], 5.0),
-    ):
+    probes = [
+        ("gateway", f"{endpoints.gateway}{health.path}", health.expect_status, health.timeout)
+    ]
+    if endpoints.toxiproxy is not None:
+        probes.append(("toxiproxy", f"{endpoints.toxiproxy}/version", [200], 5.0))
+    for what, url, ok, timeout in probes:
         try:
             response = httpx.get(url, timeout=timeout, headers=headers if what == "gateway" else {})
         except httpx.HTTPError as exc:
@@ -403,7 +437,10 @@ class Runner:
         scenario = self.scenario
         self._began = time.time()
         policy = self.policy = self.options.safety or load_policy()
-        check_scenario(scenario, self.doc, policy, attach_urls(attach_of(scenario, self.options)))
+        attached = attach_of(scenario, self.options)
+        check_scenario(scenario, self.doc, policy, attach_urls(attached))
+        # Before any stack is started: promql checks need a Prometheus to ask.
+        has_prometheus(scenario, self.doc, attached.prometheus if attached else None)
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
             check_profile(scenario, self.doc, self.options.profile)
@@ -452,15 +489,16 @@ class Runner:
         scenario = self.scenario
         endpoints = resolve_stack(scenario, self.options)
         check_health(endpoints, self.doc)
+        check_queries(scenario, self.doc, endpoints.prometheus)
         state_dir = self._state_dir()
-        with ToxiproxyClient(endpoints.toxiproxy) as client:
-            proxies, l7 = sorted(client.proxies()), _l7_hops(endpoints)
-            self._l7_hops = l7
-            check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
-            check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
-        shared = ToxiproxyClient(endpoints.toxiproxy)
+        proxies, l7 = _proxies(endpoints), _l7_hops(endpoints)
+        self._l7_hops = l7
+        check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
+        check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
+        shared = ToxiproxyClient(endpoints.toxiproxy) if endpoints.toxiproxy else None
         try:
-            shared.version()  # open the kept-alive connection before the first fault is due
+            if shared is not None:
+                shared.version()  # open the kept-alive connection before the first fault
             faults = self._plan(endpoints, shared, state_dir)
             ledger = Ledger(self.options.ledger)
             swept = ledger.sweep()
@@ -496,12 +534,13 @@ class Runner:
             for line in self._differs:
                 self._say(f"the chain differs from before the drill: {line}", "warning")
         finally:
-            shared.close()
+            if shared is not None:
+                shared.close()
         self._observe(faults)
         return self._conclude(run_dir, endpoints, state_dir, faults, prober, outcome, swept)
 
     def _plan(
-        self, endpoints: StackEndpoints, shared: ToxiproxyClient, state_dir: Path | None
+        self, endpoints: StackEndpoints, shared: ToxiproxyClient | None, state_dir: Path | None
     ) -> list[FaultRun]:
         """One injector per scheduled fault; those that can say what they would hit
         (``Preflight``: Kubernetes) check it now, reading only, so that a refusal leaves
@@ -779,6 +818,7 @@ class Runner:
             hop_records,
             self._tool_audit(state_dir),
             self._l7_hops,
+            endpoints.prometheus,
         )
 
     @staticmethod

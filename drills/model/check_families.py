@@ -159,6 +159,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
     ),
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
+    _builtin("promql", "promql", "number", fields=("query",)),
     _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),
     _builtin("recovered_within", "recovery", "duration", only_below=True),
     _builtin(

@@ -67,6 +67,7 @@ __all__ = [
     "FaultSpec",
     "LoadConfig",
     "Phase",
+    "PrometheusEndpoint",
     "ResumePolicy",
     "Scenario",
     "Twin",
@@ -738,9 +739,13 @@ class Check(_Model):
     the one engine judged (default: every engine the run scraped)."""
     metric: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    agg: Literal["increase", "max", "min", "last"] = "last"
-    """prometheus: how the window's values become one: ``increase`` reads a counter (a drop is
-    a restart from zero, as Prometheus' ``increase`` has it), the others any value."""
+    agg: Literal["increase", "max", "min", "avg", "last"] = "last"
+    """prometheus, promql: how the window's values become one: ``increase`` reads a counter (a
+    drop is a restart from zero, as Prometheus' ``increase`` has it), the others any value."""
+    query: str | None = None
+    """promql: a PromQL expression, evaluated on the team's Prometheus (``stack.attach.
+    prometheus``) over the window as a range query; its values across the window (and across
+    its series, if it returns several) become one by ``agg``."""
     baseline: str | None = None
     """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
     group: str | None = None
@@ -789,6 +794,12 @@ class Check(_Model):
                 f"check {name!r} reads its own metric from the engines (vLLM's, by name across "
                 "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
                 "check: prometheus with source and metric"
+            )
+        if (self.query is not None) != (family.family == "promql"):
+            raise ValueError(
+                f"check {name!r} takes no 'query' (check: promql does)"
+                if self.query is not None
+                else "check 'promql' needs a 'query' (a PromQL expression)"
             )
         if self.within is not None and name not in ("workflows_served", "workflow_fallbacks"):
             raise ValueError(
@@ -851,6 +862,8 @@ class Check(_Model):
             parts.append(self.source)
         if self.metric:
             parts.append(self.metric)
+        if self.query:
+            parts.append(self.query)
         if self.group:
             parts.append(f"{self.group}/{self.against}")
         if self.workflow:
@@ -904,11 +917,29 @@ class AbortCondition(_Model):
     )
 
 
+class PrometheusEndpoint(_Model):
+    """The team's Prometheus (its HTTP API), read-only: the ``promql`` checks query it."""
+
+    url: str = Field(pattern=r"^https?://")
+    """The base URL, as Prometheus's own UI has it (``http://prometheus:9090``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Sent with every query (``Authorization: Bearer ${PROM_TOKEN}``; ``${NAME}`` read from
+    the environment)."""
+    timeout: Duration = 10.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_alone(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
+
+
 class Attach(_Model):
     """A stack the user runs: its gateway, its Toxiproxy, and how to read the gateway."""
 
     gateway: str
-    toxiproxy: str
+    toxiproxy: str | None = None
+    """Toxiproxy's API, in front of the stack's upstreams: needed only by a drill with
+    ``toxiproxy.*`` faults (``toxiproxy_faults``)."""
     hop: str | None = None
     """The control API of the harness's L7 hop (``python -m drills.hop``) in front of the
     stack's model upstreams: its records are the harness's own view of every attempt the
@@ -920,6 +951,9 @@ class Attach(_Model):
     """The stack's config file (for ``stack_lint``), when the attached stack has one."""
     metrics: dict[str, str] = Field(default_factory=dict)
     """Extra Prometheus endpoints by source name (e.g. ``vllm-0: http://host:8000/metrics``)."""
+    prometheus: PrometheusEndpoint | None = None
+    """The team's Prometheus, which ``promql`` checks query (a URL, or ``{url, headers,
+    timeout}``); read-only."""
 
     @field_validator("adapter")
     @classmethod
@@ -929,6 +963,16 @@ class Attach(_Model):
 
     def gateway_adapter(self) -> GatewayAdapter:
         return merged(self.adapter)
+
+
+def toxiproxy_faults(scenario: Scenario) -> list[str]:
+    """Where ``scenario`` injects through Toxiproxy: ``phases[P].inject[I] (KIND)``, in order."""
+    return [
+        f"phases[{p}].inject[{i}] ({fault.kind})"
+        for p, phase in enumerate(scenario.phases)
+        for i, fault in enumerate(phase.inject)
+        if fault.kind.startswith("toxiproxy.")
+    ]
 
 
 class SLO(_Model):
@@ -1171,11 +1215,20 @@ class Scenario(_Model):
                         f"no phase of that name; expected one of: {', '.join(names)}",
                         phase,
                     )
-        for key, value in self.load.headers.items():
+        attach = self.stack if isinstance(self.stack, Attach) else None
+        env_headers: list[tuple[tuple[str, ...], str]] = [
+            (("load", "headers", k), v) for k, v in self.load.headers.items()
+        ]
+        if attach is not None and attach.prometheus is not None:
+            env_headers += [
+                (("stack", "attach", "prometheus", "headers", k), v)
+                for k, v in attach.prometheus.headers.items()
+            ]
+        for where, value in env_headers:
             for name in ENV_REF.findall(value):
                 if name not in os.environ:
                     yield (
-                        ("load", "headers", key),
+                        where,
                         f"refers to ${{{name}}}, which is not set in the environment",
                         None,
                     )
