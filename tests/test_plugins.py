@@ -234,7 +234,7 @@ MISTAKES = {
     "an entry point named unlike its adapter": (
         "adapter: misnamed-gw",
         "drills.gateways:misnamed-gw (drills_broken_plugin:OUR_ENVOY, from drills-broken-plugin "
-        "0.1.0): loads the adapter 'our-envoy'; an entry point's name must be its adapter's",
+        "0.1.0): loads the gateway adapter 'our-envoy'; an entry point's name must be its gateway",
     ),
 }
 

@@ -63,6 +63,25 @@ class Group(Generic[T]):
         """The error for ``entry``: the group, the entry point, its target, the problem."""
         return PluginError(f"{described(entry)}: {problem}")
 
+    def typed(self, entry: EntryPoint, item: object, expected: type[T], name: str) -> T:
+        """``item`` if it is an ``expected`` whose attribute ``name`` is the entry point's
+        name; refused otherwise."""
+        kind = expected.__qualname__
+        if not isinstance(item, expected):
+            raise self.refuse(
+                entry,
+                f"is a {type(item).__name__}, not a {expected.__module__}.{kind}; point the "
+                f"entry point at a {kind}(...) object",
+            )
+        named = getattr(item, name)
+        if named != entry.name:
+            raise self.refuse(
+                entry,
+                f"loads the {self.what} {named!r}; an entry point's name must be its "
+                f"{self.what}'s name (rename one of them)",
+            )
+        return item
+
     def entries(self) -> dict[str, EntryPoint]:
         """The group's entry points by name, read once; a clash leaves its name out of the
         result and keeps its error for whoever asks for that name."""

@@ -202,19 +202,8 @@ def _builtin_of(name: str) -> CheckFamily | None:
     return next((f for f in BUILTIN if f.matches(name)), None)
 
 
-def _accept(entry: EntryPoint, item: object) -> CheckFamily:
-    if not isinstance(item, CheckFamily):
-        raise PLUGINS.refuse(
-            entry,
-            f"is a {type(item).__name__}, not a drills.model.check_families.CheckFamily; point "
-            "the entry point at a CheckFamily(...) object",
-        )
-    if item.family != entry.name:
-        raise PLUGINS.refuse(
-            entry,
-            f"loads the check family {item.family!r}; an entry point's name must be its "
-            "family's name (rename one of them)",
-        )
+def _accept(entry: EntryPoint, loaded: object) -> CheckFamily:
+    item = PLUGINS.typed(entry, loaded, CheckFamily, "family")
     for name in item.names:
         builtin = _builtin_of(name)
         if builtin is not None:

@@ -207,19 +207,7 @@ def register(item: GatewayAdapter) -> None:
 
 
 def _accept(entry: EntryPoint, item: object) -> GatewayAdapter:
-    if not isinstance(item, GatewayAdapter):
-        raise PLUGINS.refuse(
-            entry,
-            f"is a {type(item).__name__}, not a drills.model.gateways.GatewayAdapter; point "
-            "the entry point at a GatewayAdapter(...) object",
-        )
-    if item.name != entry.name:
-        raise PLUGINS.refuse(
-            entry,
-            f"loads the adapter {item.name!r}; an entry point's name must be its adapter's "
-            "name (rename one of them)",
-        )
-    return item
+    return PLUGINS.typed(entry, item, GatewayAdapter, "name")
 
 
 PLUGINS: Group[GatewayAdapter] = Group(
