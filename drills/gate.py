@@ -101,8 +101,10 @@ def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
     if options.profile:
         args += ["--profile", options.profile]
     if options.attach is not None:  # what the command line gave, passed on as given
-        for name in ("gateway", "toxiproxy", "hop", "adapter"):
+        for name in ("gateway", "toxiproxy", "hop", "adapter", "prometheus"):
             value = getattr(options.attach, name, None)
+            if name == "prometheus" and value is not None:
+                value = value.url  # --prometheus gives a URL alone
             if name in options.attach.model_fields_set and isinstance(value, str):
                 args += [f"--{name}", value]
     if options.state_dir is not None:

@@ -35,7 +35,7 @@ from drills.common.yamlsrc import YamlDocument
 from drills.engine.runner import Runner, RunOptions
 from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
-from drills.model.scenario import Attach, Scenario, Twin, load_scenario
+from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, Twin, load_scenario
 
 __all__ = ["DrillFailed", "DrillOutcome", "DrillSession"]
 
@@ -50,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--drills-gateway", help="attach: the gateway's base URL")
     group.addoption("--drills-toxiproxy", help="attach: the Toxiproxy API's base URL")
+    group.addoption(
+        "--drills-prometheus", help="attach: the team's Prometheus, which promql checks query"
+    )
     group.addoption("--drills-stack-config", help="attach: the stack's config, for stack_lint")
     group.addoption("--drills-state-dir", help="where a brought-up stack keeps its state")
     group.addoption("--drills-out", default="runs", help="where run directories go (runs/)")
@@ -76,6 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drill: a drill scenario collected from YAML")
+    prometheus = config.getoption("drills_prometheus")
+    if prometheus and not str(prometheus).startswith(("http://", "https://")):
+        raise pytest.UsageError(f"--drills-prometheus: {prometheus!r} is not an http(s):// URL")
     if config.getoption("drills_toxiproxy") and not config.getoption("drills_gateway"):
         raise pytest.UsageError(
             "--drills-toxiproxy without --drills-gateway: attaching needs the gateway's URL"
@@ -152,15 +158,20 @@ class DrillSession:
 
     def options(self, scenario: Scenario) -> RunOptions:
         gateway, toxiproxy = self._opt("drills_gateway"), self._opt("drills_toxiproxy")
+        prometheus = self._opt("drills_prometheus")
         safety = self._opt("drills_safety")
         state = self._opt("drills_state_dir")
+        given = {
+            "toxiproxy": toxiproxy,
+            "prometheus": PrometheusEndpoint(url=prometheus) if prometheus else None,
+        }
         options = RunOptions(
             out_dir=Path(self._opt("drills_out")),
             profile=self._opt("drills_profile"),
             # Only what was given: a drill's attach section gives the rest, and a drill
             # without Toxiproxy faults needs no Toxiproxy (``runner.attach_of``).
             attach=Attach.model_construct(
-                gateway=gateway, **({"toxiproxy": toxiproxy} if toxiproxy else {})
+                gateway=gateway, **{k: v for k, v in given.items() if v is not None}
             )
             if gateway
             else None,

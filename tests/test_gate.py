@@ -122,3 +122,17 @@ def test_gate_collects_drills_from_directories_and_dry_runs(tmp_path: Path) -> N
     assert "drill gpu-pod-loss-k8s:" in out and "cannot read the kubeconfig" in out
     assert result.returncode == 2, result.stderr
     assert not (tmp_path / "gate").exists()
+
+
+def test_a_gates_children_are_attached_as_the_gate_was(tmp_path: Path) -> None:
+    """With --concurrency, each drill runs in a child `drills run`: it gets every attach flag
+    the gate was given (a URL for --prometheus), and none it was not."""
+    from drills.engine.runner import RunOptions
+    from drills.gate import _child_args
+    from drills.model.scenario import Attach, PrometheusEndpoint
+
+    attach = Attach.model_construct(
+        gateway="http://gw:4000", prometheus=PrometheusEndpoint(url="http://prom:9090")
+    )
+    args = _child_args(RunOptions(out_dir=tmp_path, attach=attach), None)
+    assert args == ["--gateway", "http://gw:4000", "--prometheus", "http://prom:9090"]

@@ -90,6 +90,8 @@ def test_toxiproxy_alone_is_refused_and_gateway_alone_needs_no_toxiproxy_fault(
 ) -> None:
     result = pytester.runpytest_subprocess("--drills-toxiproxy", "http://127.0.0.1:1")
     result.stderr.fnmatch_lines(["*--drills-toxiproxy without --drills-gateway*"])
+    result = pytester.runpytest_subprocess("--drills-prometheus", "prom:9090")
+    result.stderr.fnmatch_lines(["*--drills-prometheus: 'prom:9090' is not an http(s):// URL*"])
     # The drill here has a Toxiproxy fault: attached with a gateway alone, it is refused
     # before anything runs, naming the fault.
     result = pytester.runpytest_subprocess("--drills-gateway", "http://127.0.0.1:1")
