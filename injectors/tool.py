@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -35,6 +36,8 @@ READY_TIMEOUT = 20.0
 PREPARE_TIMEOUT = 90.0
 """How long ``prepare`` waits for every session of the flood to be open (256 sessions took
 14 s against a tool server already busy; idle, it answers their handshakes faster)."""
+PROBE_CALLS = 16
+"""The sizing burst of a flood with ``queue_wait``: this many calls at once, timed."""
 HOLD_LIMIT = 900.0
 """A prepared flood that is never told to go exits by itself after this long."""
 
@@ -101,6 +104,7 @@ class ToolSaturate:
             "call_timeout": self.fault.call_timeout,
             "stats": str(self.stats_path),
             "hold": HOLD_LIMIT if hold else None,
+            "queue_wait": self.fault.queue_wait,
         }
         # Its stderr goes to a file: a pipe nobody reads fills up and blocks the helper.
         with open(self._log_path, "wb") as log:
@@ -117,23 +121,27 @@ class ToolSaturate:
     def _log_path(self) -> Path:
         return self.stats_path.with_suffix(".log")
 
-    def _expect(self, word: str) -> None:
+    def _expect(self, word: str) -> dict[str, Any]:
+        """The helper's next line, which must start with ``word``; the figures after it."""
         assert self.helper is not None and self.helper.stdout is not None
         line = self.helper.stdout.readline().decode().strip()
-        if line != word:
-            self.helper.kill()
-            self.helper.wait()
-            err = self._log_path.read_text(errors="replace")[-500:]
-            raise InputError(f"tool.saturate on {self.target}: the flood did not start: {err}")
+        said, _, figures = line.partition(" ")
+        if said == word:
+            return dict(json.loads(figures)) if figures else {}
+        self.helper.kill()
+        self.helper.wait()
+        err = self._log_path.read_text(errors="replace")[-500:]
+        raise InputError(f"tool.saturate on {self.target}: the flood did not start: {err}")
 
     def prepare(self) -> dict[str, Any]:
         """Open every session of the flood now, before the timeline, and hold them idle: the
         tool server sees sessions and no call. ``apply`` then lets them all call at once."""
         began = time.monotonic()
         self._start(hold=True)
-        self._expect("ready")  # every session open
+        sized = self._expect("ready")  # every session open (and the flood sized, if asked)
         return {
             "sessions": self.fault.concurrency,
+            **sized,
             "helper_pid": self.entry["pid"],
             "opened_in_s": round(time.monotonic() - began, 2),
         }
@@ -157,13 +165,13 @@ class ToolSaturate:
             assert self.helper.stdin is not None
             self.helper.stdin.write(b"go\n")
             self.helper.stdin.flush()
-        self._expect("flooding")
+        flooding = self._expect("flooding")
         # Read back from the tool server that its pool is full.
         gauges: dict[str, float] = {}
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             gauges = _gauges(self.base, self.target)
-            if gauges["inflight"] + gauges["waiting"] >= min(self.fault.concurrency, 2):
+            if gauges["inflight"] + gauges["waiting"] >= min(flooding.get("active", 2), 2):
                 break
             time.sleep(0.1)
         else:
@@ -177,6 +185,7 @@ class ToolSaturate:
             "tool_server": self.base,
             "tool": self.target,
             "concurrency": self.fault.concurrency,
+            **flooding,
             "agent": self.fault.agent,
             "helper_pid": self.helper.pid,
             "tool_inflight": gauges["inflight"],
@@ -218,12 +227,13 @@ async def _flood(spec: dict[str, Any]) -> None:
     outcomes: dict[str, int] = {}
     started_at = time.time()
     ready = asyncio.Event()
-    go = asyncio.Event()  # a held flood's sessions wait for it before their first call
-    if not spec.get("hold"):
-        go.set()
+    go = asyncio.Event()  # the sessions wait for it before their first call
+    probe = asyncio.Event()  # the sizing burst: the first PROBE_CALLS sessions call once
+    probed: list[float] = []
+    active = spec["concurrency"]  # sessions that call once the flood goes
     connected = 0
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
         nonlocal connected
         headers = {"x-agent-id": spec["agent"]}
         first = True
@@ -238,7 +248,15 @@ async def _flood(spec: dict[str, Any]) -> None:
                         connected += 1
                         if connected >= spec["concurrency"]:
                             ready.set()
+                    if spec.get("queue_wait") and index < PROBE_CALLS and not probed:
+                        await probe.wait()
+                        await client.call_tool(
+                            spec["tool"], spec["arguments"], read_timeout_seconds=30
+                        )
+                        probed.append(time.monotonic())
                     await go.wait()
+                    if index >= active:
+                        await stop.wait()  # an idle session: the flood was sized smaller
                     while not stop.is_set():
                         began = time.monotonic()
                         try:
@@ -262,10 +280,24 @@ async def _flood(spec: dict[str, Any]) -> None:
                         ready.set()
                 await asyncio.sleep(0.05)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(spec["concurrency"])]
+    workers = [asyncio.create_task(worker(i)) for i in range(spec["concurrency"])]
+    sized: dict[str, Any] = {}
+    await asyncio.wait_for(ready.wait(), PREPARE_TIMEOUT if spec.get("hold") else READY_TIMEOUT)
+    if spec.get("queue_wait"):
+        # The tool server's speed, timed now (before the drill's timeline): a burst of calls
+        # at once drains at its service rate; that many calls per second times the wait asked
+        # is the depth the flood keeps in flight.
+        burst = min(PROBE_CALLS, spec["concurrency"])
+        began = time.time()
+        probe.set()
+        while len(probed) < burst and time.time() - began < 60:
+            await asyncio.sleep(0.01)
+        took = max(time.time() - began, 1e-3)
+        rate = len(probed) / took
+        active = max(1, min(spec["concurrency"], math.ceil(spec["queue_wait"] * rate)))
+        sized = {"active": active, "service_rate": round(rate, 2), "burst_s": round(took, 2)}
     if spec.get("hold"):
-        await asyncio.wait_for(ready.wait(), PREPARE_TIMEOUT)
-        print("ready", flush=True)
+        print("ready " + json.dumps(sized), flush=True)
         # Held until the runner says go; its closed pipe (the runner gone, or the fault
         # released), a stop or the hold limit end it without a call.
         try:
@@ -279,8 +311,8 @@ async def _flood(spec: dict[str, Any]) -> None:
         started_at = time.time()
         go.set()
     else:
-        await asyncio.wait_for(ready.wait(), READY_TIMEOUT)
-    print("flooding", flush=True)
+        go.set()
+    print("flooding " + json.dumps({"active": active}), flush=True)
     await stop.wait()
     ended = time.time()
     stats = {
@@ -292,7 +324,10 @@ async def _flood(spec: dict[str, Any]) -> None:
         "latency_p50": percentile(latencies, 50) if latencies else None,
         "latency_p95": percentile(latencies, 95) if latencies else None,
         "latency_max": max(latencies) if latencies else None,
-        "in_flight_abandoned": len(tasks),
+        "in_flight_abandoned": active,
+        "sessions": len(workers),
+        "active": active,
+        **sized,
     }
     tmp = Path(spec["stats"] + ".tmp")
     tmp.write_text(json.dumps(stats))

@@ -103,7 +103,9 @@ def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     result, [journal] = run_twin(TOOL_SATURATION, stack, tmp_path)
     # How long the flood's calls queued (latency p50): the twin can only fail when an agent's
     # call waits past its 2 s attempt, so a failure shows the depth the flood reached.
-    flood = f"the flood: {journal['faults'][0]['rollback'].get('flood')}\n"
+    # (queue_wait sizes it to the tool server's measured speed: faults[].preflight.prepared)
+    fault = journal["faults"][0]
+    flood = f"the flood: {fault['preflight']} {fault['rollback'].get('flood')}\n"
     assert result.returncode == 0, flood + result.stdout + result.stderr[-3000:]
     assert journal["twin"]["held"], flood + twin_account(journal)
     checks = verdicts(journal)

@@ -354,6 +354,12 @@ class ToolSaturateFault(FaultSpec):
     kind: Literal["tool.saturate"]
     target: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     concurrency: int = Field(default=16, ge=1, le=256)
+    """Sessions the flood opens, and calls it keeps in flight (fewer with ``queue_wait``)."""
+    queue_wait: Duration | None = Field(default=None, gt=0)
+    """Size the flood to the tool server's speed: before the drill, time a burst of calls,
+    and keep ``queue_wait`` x the measured calls per second in flight (at most
+    ``concurrency``), so that a call arriving in the window waits about this long whatever
+    the machine. Unset: all ``concurrency`` sessions call at once."""
     arguments: dict[str, Any] = Field(
         default_factory=lambda: {"query": "what do I do when the model answers slowly?"}
     )
