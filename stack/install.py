@@ -20,6 +20,7 @@ from collections.abc import Callable
 from drills.common.errors import ProvisionError
 from stack.kube import ensure_kube_binaries
 from stack.provision import (
+    ensure_alertmanager,
     ensure_engine_python,
     ensure_litellm_python,
     ensure_model,
@@ -38,6 +39,7 @@ PARTS: dict[str, tuple[str, Callable[[], object]]] = {
     "rag": ("Triton, the embedding model and Chroma", ensure_rag_python),
     "litellm": ("the LiteLLM proxy", ensure_litellm_python),
     "prometheus": ("Prometheus (Debian's package, unpacked)", ensure_prometheus),
+    "alertmanager": ("Alertmanager (built from the Go module proxy)", ensure_alertmanager),
     "kube": ("the Kubernetes control plane and KWOK (built from Go)", ensure_kube_binaries),
 }
 

