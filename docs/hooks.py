@@ -17,7 +17,7 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 from drills.cli import _parser
-from drills.model.check_families import families
+from drills.model.check_families import ALERT_TIMED, families
 from drills.model.gateways import (
     BreakerSignal,
     GatewayAdapter,
@@ -155,7 +155,11 @@ def checks() -> str:
         target = "required" if family.needs_target else "optional"
         window = "`during`" if family.takes_during else "the whole run"
         bound = _BOUNDS[family.bounds] + (" (below only)" if family.only_below else "")
-        if not family.needs_bound:
+        if family.family in ALERT_TIMED:
+            bound = "`within`: a duration (`within: 30s`), from the fault (or its revert)"
+        elif family.family == "alert_quiet":
+            bound = "none: it passes when no alert of the set fired"
+        elif not family.needs_bound:
             bound = "none"
         other = ", ".join(f"`{f}`" for f in family.fields) or "-"
         lines.append(f"| {names} | {family.family} | {bound} | {target} | {window} | {other} |")

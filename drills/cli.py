@@ -558,7 +558,19 @@ def _attach_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prometheus",
-        help="attach: the team's Prometheus (base URL), which promql checks query, read-only",
+        help="attach: the team's Prometheus (base URL), which promql and alert_* checks query, "
+        "read-only",
+    )
+    parser.add_argument(
+        "--alertmanager",
+        help="attach: the team's Alertmanager (base URL), read-only: what it holds at the run's "
+        "end is kept beside the pages",
+    )
+    parser.add_argument(
+        "--pager",
+        metavar="HOST:PORT",
+        help="attach: where the harness's pager listens during the drill (a webhook receiver "
+        "the team's Alertmanager routes the drill's alerts to; alert_paged judges it)",
     )
 
 
@@ -587,13 +599,15 @@ def _options(args: argparse.Namespace) -> RunOptions:
         "toxiproxy": args.toxiproxy,
         "adapter": adapter,
         "hop": getattr(args, "hop", None),
-        "prometheus": _prometheus(getattr(args, "prometheus", None)),
+        "prometheus": _endpoint("--prometheus", getattr(args, "prometheus", None)),
+        "alertmanager": _endpoint("--alertmanager", getattr(args, "alertmanager", None)),
+        "pager": _listen(getattr(args, "pager", None)),
     }
     # Only what was given: the scenario's attach section gives the rest (``attach_of``), and
     # a scenario without one needs --toxiproxy too (said there, with the scenario's name).
     attach = (
         Attach.model_construct(**{k: v for k, v in given.items() if v is not None})
-        if args.gateway or given["prometheus"]
+        if args.gateway or given["prometheus"] or given["alertmanager"] or given["pager"]
         else None
     )
     return RunOptions(
@@ -609,8 +623,9 @@ def _options(args: argparse.Namespace) -> RunOptions:
     )
 
 
-def _prometheus(url: str | None) -> Any:
-    """``--prometheus URL`` as the attach section's ``prometheus``; bad input if no URL."""
+def _endpoint(flag: str, url: str | None) -> Any:
+    """``--prometheus URL`` (or ``--alertmanager``) as the attach section's endpoint; bad input
+    if no URL."""
     from pydantic import ValidationError
 
     from drills.model.scenario import PrometheusEndpoint
@@ -620,7 +635,19 @@ def _prometheus(url: str | None) -> Any:
     try:
         return PrometheusEndpoint(url=url)
     except ValidationError:
-        raise InputError(f"--prometheus: {url!r} is not an http(s):// URL") from None
+        raise InputError(f"{flag}: {url!r} is not an http(s):// URL") from None
+
+
+def _listen(value: str | None) -> str | None:
+    """``--pager HOST:PORT``; bad input if it is not one."""
+    from drills.engine.pager import parse_listen
+
+    if value is not None:
+        try:
+            parse_listen(value)
+        except ValueError as exc:
+            raise InputError(f"--pager: {exc}") from None
+    return value
 
 
 def _plan(scenario: Scenario, doc: YamlDocument, options: RunOptions) -> dict[str, Any]:

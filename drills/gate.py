@@ -101,9 +101,17 @@ def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
     if options.profile:
         args += ["--profile", options.profile]
     if options.attach is not None:  # what the command line gave, passed on as given
-        for name in ("gateway", "toxiproxy", "hop", "adapter", "prometheus"):
+        for name in (
+            "gateway",
+            "toxiproxy",
+            "hop",
+            "adapter",
+            "prometheus",
+            "alertmanager",
+            "pager",
+        ):
             value = getattr(options.attach, name, None)
-            if name == "prometheus" and value is not None:
+            if name in ("prometheus", "alertmanager") and value is not None:
                 value = value.url  # --prometheus gives a URL alone
             if name in options.attach.model_fields_set and isinstance(value, str):
                 args += [f"--{name}", value]

@@ -32,6 +32,7 @@ import pytest
 
 from drills.common.errors import DrillFailed, DrillsError, InputError
 from drills.common.yamlsrc import YamlDocument
+from drills.engine.pager import parse_listen
 from drills.engine.runner import Runner, RunOptions
 from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
@@ -51,7 +52,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--drills-gateway", help="attach: the gateway's base URL")
     group.addoption("--drills-toxiproxy", help="attach: the Toxiproxy API's base URL")
     group.addoption(
-        "--drills-prometheus", help="attach: the team's Prometheus, which promql checks query"
+        "--drills-prometheus",
+        help="attach: the team's Prometheus, which promql and alert_* checks query",
+    )
+    group.addoption("--drills-alertmanager", help="attach: the team's Alertmanager (read-only)")
+    group.addoption(
+        "--drills-pager",
+        help="attach: HOST:PORT where the harness's pager listens for the team's Alertmanager",
     )
     group.addoption("--drills-stack-config", help="attach: the stack's config, for stack_lint")
     group.addoption("--drills-state-dir", help="where a brought-up stack keeps its state")
@@ -79,9 +86,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drill: a drill scenario collected from YAML")
-    prometheus = config.getoption("drills_prometheus")
-    if prometheus and not str(prometheus).startswith(("http://", "https://")):
-        raise pytest.UsageError(f"--drills-prometheus: {prometheus!r} is not an http(s):// URL")
+    for name in ("drills_prometheus", "drills_alertmanager"):
+        url = config.getoption(name)
+        if url and not str(url).startswith(("http://", "https://")):
+            flag = "--" + name.replace("_", "-")
+            raise pytest.UsageError(f"{flag}: {url!r} is not an http(s):// URL")
+    pager = config.getoption("drills_pager")
+    if pager:
+        try:
+            parse_listen(str(pager))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--drills-pager: {exc}") from None
     if config.getoption("drills_toxiproxy") and not config.getoption("drills_gateway"):
         raise pytest.UsageError(
             "--drills-toxiproxy without --drills-gateway: attaching needs the gateway's URL"
@@ -159,11 +174,14 @@ class DrillSession:
     def options(self, scenario: Scenario) -> RunOptions:
         gateway, toxiproxy = self._opt("drills_gateway"), self._opt("drills_toxiproxy")
         prometheus = self._opt("drills_prometheus")
+        alertmanager = self._opt("drills_alertmanager")
         safety = self._opt("drills_safety")
         state = self._opt("drills_state_dir")
         given = {
             "toxiproxy": toxiproxy,
             "prometheus": PrometheusEndpoint(url=prometheus) if prometheus else None,
+            "alertmanager": PrometheusEndpoint(url=alertmanager) if alertmanager else None,
+            "pager": self._opt("drills_pager"),
         }
         options = RunOptions(
             out_dir=Path(self._opt("drills_out")),

@@ -11,7 +11,7 @@ from drills.common.stats import percentile
 from drills.model.journal import Journal, LoadReport
 from drills.model.references import check_link
 
-__all__ = ["fmt_seconds", "load_lines", "runbook_link", "series", "windows"]
+__all__ = ["fmt_seconds", "load_lines", "page_rows", "runbook_link", "series", "windows"]
 
 
 def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | None:
@@ -149,4 +149,25 @@ def windows(journal: Journal, examples: int = 3) -> list[dict[str, Any]]:
                 "examples": [r.straddles for r in straddling[:examples]],
             }
         )
+    return rows
+
+
+def page_rows(journal: Journal) -> list[dict[str, str]]:
+    """Each alert of each notification the pager received, in the order they came: when (from
+    the first phase's start), its status, the alert with its labels, and the runbook it named."""
+    origin = journal.t0 or journal.started_at
+    rows = []
+    for page in journal.pages or []:
+        for alert in page.alerts:
+            labels = ",".join(
+                f"{k}={v}" for k, v in sorted(alert.labels.items()) if k != "alertname"
+            )
+            rows.append(
+                {
+                    "at": f"{page.received_at - origin:+.1f}s",
+                    "status": alert.status,
+                    "alert": f"{alert.name}{{{labels}}}" if labels else alert.name,
+                    "runbook": alert.annotations.get("runbook_url", ""),
+                }
+            )
     return rows

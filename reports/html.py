@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from drills.model.journal import Journal
 from drills.model.records import Record
-from reports.common import fmt_seconds, load_lines, runbook_link, series, windows
+from reports.common import fmt_seconds, load_lines, page_rows, runbook_link, series, windows
 
 __all__ = ["render_html"]
 
@@ -258,6 +258,7 @@ def render_html(journal: Journal, out_dir: Path) -> str:
         color=COLORS.get(journal.verdict, "#57606a"),
         stack_name=journal.stack.profile or journal.stack.gateway,
         checks=checks,
+        pages=page_rows(journal),
         charts=charts,
         samples=_samples(journal),
         windows=windows(journal),

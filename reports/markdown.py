@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drills.model.journal import Journal
-from reports.common import load_lines, runbook_link, windows
+from reports.common import load_lines, page_rows, runbook_link, windows
 
 __all__ = ["render_markdown"]
 
@@ -44,6 +44,21 @@ def _twin_role(journal: Journal, label: str, passed: bool) -> str:
     return "must pass on the twin: " + ("as declared" if passed else "**NOT AS DECLARED**")
 
 
+def _page_lines(journal: Journal) -> list[str]:
+    """The pages the pager received, as a table (nothing when no pager ran)."""
+    if journal.pages is None:
+        return []
+    pages = page_rows(journal)
+    lines = ["", f"Pages received by the pager: {len(pages) or 'none'}"]
+    if pages:
+        lines += ["", "| at | status | alert | runbook named |", "|---|---|---|---|"]
+        lines += [
+            f"| {p['at']} | {p['status']} | {_cell(p['alert'])} | {_cell(p['runbook'])} |"
+            for p in pages
+        ]
+    return lines
+
+
 def render_markdown(journal: Journal, out_dir: Path) -> str:
     if journal.twin is not None:
         lines = [*_twin_lines(journal), "", f"The drill on the twin: **{journal.verdict}**", ""]
@@ -75,6 +90,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
             f"{_cell(check.observed_text)} | {result} |"
         )
+    lines += _page_lines(journal)
     if journal.load is not None:
         lines += ["", *load_lines(journal)]
     counted = windows(journal)

@@ -18,7 +18,7 @@ from drills.common.stats import percentile
 from drills.model.check_families import families
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
-from drills.model.journal import CheckResult, FaultRecord, Probe
+from drills.model.journal import CheckResult, FaultRecord, Page, Probe
 from drills.model.records import Record
 from drills.model.scenario import KILL_KINDS, Check, PrometheusEndpoint, Scenario, bound_value
 from drills.model.windows import charge
@@ -78,6 +78,8 @@ class Evaluation:
     """The hops the harness's L7 hop fronts, as it listed them (``None``: not asked)."""
     prometheus: PrometheusEndpoint | None = None
     """The team's Prometheus, which ``promql`` checks query (``stack.attach.prometheus``)."""
+    pages: list[Page] | None = None
+    """What the harness's pager received during the run (``None``: no pager ran)."""
 
     def __post_init__(self) -> None:
         charge(self.records, self.phases, self.faults)

@@ -64,6 +64,16 @@ class PrometheusAPI:
         result: list[dict[str, Any]] = data.get("result") or []
         return result
 
+    def alert_rules(self) -> set[str]:
+        """The names of the alerting rules it has loaded (``/api/v1/rules``)."""
+        data = self._get("/api/v1/rules", {"type": "alert"})
+        return {
+            str(rule.get("name"))
+            for group in data.get("groups") or []
+            for rule in group.get("rules") or []
+            if rule.get("type", "alerting") == "alerting"
+        }
+
     def query_range(
         self, expr: str, start: float, end: float, step: float
     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:

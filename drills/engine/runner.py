@@ -30,6 +30,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
+from drills.checks.alerts import (
+    check_alert_rules,
+    check_alertmanager,
+    has_monitoring,
+    held_by_alertmanager,
+)
 from drills.checks.observed import attribute
 from drills.checks.promql import check_queries, has_prometheus
 from drills.common.errors import (
@@ -52,6 +58,7 @@ from drills.engine.events import EventHandler, RunEvent
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
 from drills.engine.ledger import Ledger
+from drills.engine.pager import Pager
 from drills.engine.safety import (
     SafetyPolicy,
     abort_request,
@@ -129,6 +136,10 @@ class StackEndpoints:
     """Optional parts of the profile the embedded stack runs without."""
     prometheus: PrometheusEndpoint | None = None
     """The team's Prometheus (``stack.attach.prometheus``), which ``promql`` checks query."""
+    alertmanager: PrometheusEndpoint | None = None
+    """The team's Alertmanager (``stack.attach.alertmanager``), read-only."""
+    pager: str | None = None
+    """Where the harness's pager listens during the drill (``stack.attach.pager``)."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -180,8 +191,9 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     if own is None:
         if "gateway" not in given.model_fields_set:
             raise InputError(
-                f"--prometheus without --gateway: drill {scenario.drill} has no attach section "
-                "that names its gateway; give --gateway URL"
+                f"--prometheus, --alertmanager or --pager without --gateway: drill "
+                f"{scenario.drill} has no attach section that names its gateway; give "
+                "--gateway URL"
             )
         attach = Attach.model_validate(given.model_dump(include=given.model_fields_set))
     else:
@@ -220,6 +232,8 @@ def attach_urls(attach: Attach | None) -> dict[str, str]:
     hop = {"hop": attach.hop} if attach.hop else {}
     toxiproxy = {"toxiproxy": attach.toxiproxy} if attach.toxiproxy else {}
     prometheus = {"prometheus": attach.prometheus.url} if attach.prometheus else {}
+    if attach.alertmanager:
+        prometheus["alertmanager"] = attach.alertmanager.url
     return {"gateway": attach.gateway, **toxiproxy, **hop, **prometheus, **attach.metrics}
 
 
@@ -237,7 +251,14 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         }
         hop = attach.hop.rstrip("/") if attach.hop else None
         return StackEndpoints(
-            gateway, toxiproxy, metrics, adapter=adapter, hop=hop, prometheus=attach.prometheus
+            gateway,
+            toxiproxy,
+            metrics,
+            adapter=adapter,
+            hop=hop,
+            prometheus=attach.prometheus,
+            alertmanager=attach.alertmanager,
+            pager=attach.pager,
         )
     from stack import control
 
@@ -389,6 +410,7 @@ class Runner:
         self._watchdog_actions: list[dict[str, Any]] = []
         self._differs: list[str] = []  # the chain after the drill against before it
         self._l7_hops: list[str] | None = None  # what the L7 hop fronts, as it said
+        self._pager: Pager | None = None  # the pager, while a drill that names one runs
         self._unread: list[str] = []
 
     @property
@@ -439,8 +461,14 @@ class Runner:
         policy = self.policy = self.options.safety or load_policy()
         attached = attach_of(scenario, self.options)
         check_scenario(scenario, self.doc, policy, attach_urls(attached))
-        # Before any stack is started: promql checks need a Prometheus to ask.
+        # Before any stack is started: promql and alert checks need a Prometheus (or a pager).
         has_prometheus(scenario, self.doc, attached.prometheus if attached else None)
+        has_monitoring(
+            scenario,
+            self.doc,
+            attached.prometheus if attached else None,
+            attached.pager if attached else None,
+        )
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
             check_profile(scenario, self.doc, self.options.profile)
@@ -495,6 +523,20 @@ class Runner:
         self._l7_hops = l7
         check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
         check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
+        check_alert_rules(scenario, self.doc, endpoints.prometheus)
+        check_alertmanager(self.doc, endpoints.alertmanager)
+        # The pager listens before anything is applied: a taken address is bad input.
+        self._pager = Pager(endpoints.pager) if endpoints.pager else None
+        if self._pager is None:
+            return self._drill(run_dir, abort_path, endpoints, state_dir)
+        with self._pager:
+            self._say(f"the pager listens at {self._pager.url} for Alertmanager's webhook")
+            return self._drill(run_dir, abort_path, endpoints, state_dir)
+
+    def _drill(
+        self, run_dir: Path, abort_path: Path, endpoints: StackEndpoints, state_dir: Path | None
+    ) -> Journal:
+        """The drill itself, once everything it needs was checked: plan, apply, revert, judge."""
         shared = ToxiproxyClient(endpoints.toxiproxy) if endpoints.toxiproxy else None
         try:
             if shared is not None:
@@ -731,13 +773,7 @@ class Runner:
             timeline=[TimelineEvent.model_validate(e) for e in self.timeline],
             faults=ev.faults,
             aborted=outcome.abort,
-            rollbacks=Rollbacks(
-                failed=list(self.revert_errors),
-                swept=swept,
-                watchdog=self._watchdog_actions,
-                differs=self._differs,
-                unread=self._unread,
-            ),
+            rollbacks=self._rollbacks(swept),
             records=ev.records,
             hop_records=ev.hop_records or [],
             probes=ev.probes,
@@ -745,6 +781,8 @@ class Runner:
             gpu=prober.gpu,
             retrieval=self.retrieval_status,
             checks=results,
+            pages=ev.pages,
+            alertmanager=held_by_alertmanager(endpoints.alertmanager),
             load=delivered,
             twin=self._twin(results, status, outcome.abort),
             run_dir=str(run_dir),
@@ -756,6 +794,16 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _rollbacks(self, swept: list[dict[str, Any]]) -> Rollbacks:
+        """What was undone, by whom, and what was left or differs after the drill."""
+        return Rollbacks(
+            failed=list(self.revert_errors),
+            swept=swept,
+            watchdog=self._watchdog_actions,
+            differs=self._differs,
+            unread=self._unread,
+        )
 
     def _status(self, status: RunStatus, delivered: LoadReport) -> RunStatus:
         """A run that completed its timeline failed all the same when a fault was not
@@ -819,6 +867,7 @@ class Runner:
             self._tool_audit(state_dir),
             self._l7_hops,
             endpoints.prometheus,
+            self._pager.received() if self._pager is not None else None,
         )
 
     @staticmethod

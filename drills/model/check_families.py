@@ -25,6 +25,8 @@ from typing import Any, Literal
 from drills.common.plugins import Group, PluginError
 
 __all__ = [
+    "ALERT_FAMILIES",
+    "ALERT_TIMED",
     "BUILTIN",
     "CheckFamily",
     "families",
@@ -160,6 +162,11 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
     _builtin("promql", "promql", "number", fields=("query",)),
+    # Did the team's monitoring see it (``drills.checks.alerts``): bounded by ``within``.
+    _builtin("alert_fired", "alerts", "duration", needs_bound=False, fields=("alert",)),
+    _builtin("alert_paged", "alerts", "duration", needs_bound=False, fields=("alert",)),
+    _builtin("alert_resolved_within", "alerts", "duration", needs_bound=False, fields=("alert",)),
+    _builtin("alert_quiet", "alerts", "count", needs_bound=False),
     _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),
     _builtin("recovered_within", "recovery", "duration", only_below=True),
     _builtin(
@@ -183,6 +190,11 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("workflow_fallbacks", "workflow", "count"),
 )
 """Every built-in check family, in one place."""
+
+ALERT_TIMED = frozenset({"alert_fired", "alert_paged", "alert_resolved_within"})
+"""The alert checks bounded by ``within``: how long from the fault to the alert (or page), or
+from the fault's revert to the alert's end."""
+ALERT_FAMILIES = ALERT_TIMED | {"alert_quiet"}
 
 _EXTRA: list[CheckFamily] = []
 

@@ -38,6 +38,8 @@ __all__ = [
     "Journal",
     "LoadProcessHealth",
     "LoadReport",
+    "Page",
+    "PagedAlert",
     "PhaseWindow",
     "Probe",
     "Rollbacks",
@@ -137,6 +139,29 @@ class Probe(_Model):
     error: str | None = None
     ended: float | None = None
     """When a probe that takes a while (the recall probe) finished."""
+
+
+class PagedAlert(_Model):
+    """One alert of a notification, as Alertmanager's webhook sends it."""
+
+    name: str
+    status: str
+    """``firing`` or ``resolved``."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: str | None = None
+    """When Prometheus saw it start firing (RFC 3339, Alertmanager's ``startsAt``)."""
+
+
+class Page(_Model):
+    """One notification the harness's pager received (``drills.engine.pager``)."""
+
+    received_at: float
+    """When it reached the pager (epoch seconds)."""
+    status: str
+    """The group's status: ``firing`` while any of its alerts fires, else ``resolved``."""
+    receiver: str = ""
+    alerts: list[PagedAlert] = Field(default_factory=list)
 
 
 class CheckResult(_Model):
@@ -357,6 +382,12 @@ class Journal(_Model):
     gpu: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
     checks: list[CheckResult] = Field(default_factory=list)
+    pages: list[Page] | None = None
+    """Every notification the pager received during the run (``None``: no pager ran)."""
+    alertmanager: dict[str, Any] | None = None
+    """What the team's Alertmanager held at the run's end (``url``, ``alerts``: name, labels,
+    state, start, receivers, runbook_url; ``error`` if it could not be read); ``None``: the
+    drill names none."""
     load: LoadReport | None = None
     """What the load delivered against what was asked (``None`` in journals from before it)."""
     twin: TwinOutcome | None = None

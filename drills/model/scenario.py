@@ -46,6 +46,8 @@ from drills.common.plugins import PluginError
 from drills.common.units import Duration, Size, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import (
+    ALERT_FAMILIES,
+    ALERT_TIMED,
     CheckFamily,
     families,
     family_of,
@@ -767,6 +769,9 @@ class Check(_Model):
     answered only after a frozen orchestrator thawed was starved, not served);
     workflow_fallbacks: a fallback counts only when it came within this (the designed
     degradation answers in time; one that came only after the fault ended proves no limit)."""
+    alert: str | None = None
+    """alert_*: the alert's name (its ``alertname``), as the team's rules define it;
+    alert_quiet without it: any alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -807,11 +812,7 @@ class Check(_Model):
                 if self.query is not None
                 else "check 'promql' needs a 'query' (a PromQL expression)"
             )
-        if self.within is not None and name not in ("workflows_served", "workflow_fallbacks"):
-            raise ValueError(
-                f"check {name!r} takes no 'within' (only workflows_served and "
-                "workflow_fallbacks do)"
-            )
+        self._alert_fields(family)
         missing = [f for f in family.fields if not getattr(self, f)]
         if missing:
             raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
@@ -828,6 +829,49 @@ class Check(_Model):
                 raise ValueError(f"check {name!r} compares numbers, not durations")
         self._reachable(family)
         return self
+
+    def _alert_fields(self, family: CheckFamily) -> None:
+        """``within`` only where a check takes it; the alert checks' own fields (``alert``,
+        and for the timed ones ``within``) and no other check's."""
+        name = self.check
+        if (
+            self.within is not None
+            and name not in ("workflows_served", "workflow_fallbacks")
+            and name not in ALERT_TIMED
+        ):
+            raise ValueError(
+                f"check {name!r} takes no 'within' (only workflows_served, workflow_fallbacks, "
+                f"{', '.join(sorted(ALERT_TIMED))} do)"
+            )
+        if family.family not in ALERT_FAMILIES:
+            if self.alert is not None:
+                raise ValueError(
+                    f"check {name!r} takes no 'alert' (the alert_* checks do: "
+                    f"{', '.join(sorted(ALERT_FAMILIES))})"
+                )
+            return
+        if self.below is not None or self.above is not None:
+            raise ValueError(
+                f"check {name!r} takes no 'below' or 'above'"
+                + (
+                    ": its bound is 'within' (e.g. within: 30s)"
+                    if name in ALERT_TIMED
+                    else ": it passes when no alert of the set fired in the window"
+                )
+            )
+        if name in ALERT_TIMED:
+            if not self.alert:
+                raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
+            if self.within is None:
+                raise ValueError(
+                    f"check {name!r} needs 'within': the longest time allowed from "
+                    + (
+                        "the fault's revert to the alert's end"
+                        if name == "alert_resolved_within"
+                        else "the fault's application"
+                    )
+                    + " (e.g. within: 30s)"
+                )
 
     def _reachable(self, family: CheckFamily) -> None:
         """Refuse bounds that no observation can meet, or that every observation meets (a
@@ -870,6 +914,10 @@ class Check(_Model):
             parts.append(self.metric)
         if self.query:
             parts.append(self.query)
+        if self.alert:
+            parts.append(self.alert)
+        if self.labels and self.alert is not None:
+            parts.append("{" + ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) + "}")
         if self.group:
             parts.append(f"{self.group}/{self.against}")
         if self.workflow:
@@ -924,10 +972,11 @@ class AbortCondition(_Model):
 
 
 class PrometheusEndpoint(_Model):
-    """The team's Prometheus (its HTTP API), read-only: the ``promql`` checks query it."""
+    """The team's Prometheus or Alertmanager (its HTTP API), read-only: the ``promql`` and
+    ``alert_*`` checks query it; nothing is ever written there."""
 
     url: str = Field(pattern=r"^https?://")
-    """The base URL, as Prometheus's own UI has it (``http://prometheus:9090``)."""
+    """The base URL, as its own UI has it (``http://prometheus:9090``)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Sent with every query (``Authorization: Bearer ${PROM_TOKEN}``; ``${NAME}`` read from
     the environment)."""
@@ -958,8 +1007,24 @@ class Attach(_Model):
     metrics: dict[str, str] = Field(default_factory=dict)
     """Extra Prometheus endpoints by source name (e.g. ``vllm-0: http://host:8000/metrics``)."""
     prometheus: PrometheusEndpoint | None = None
-    """The team's Prometheus, which ``promql`` checks query (a URL, or ``{url, headers,
-    timeout}``); read-only."""
+    """The team's Prometheus, which ``promql`` and ``alert_*`` checks query (a URL, or
+    ``{url, headers, timeout}``); read-only."""
+    alertmanager: PrometheusEndpoint | None = None
+    """The team's Alertmanager (a URL, or ``{url, headers, timeout}``), read-only: what it
+    holds at the run's end goes into the journal beside the pages."""
+    pager: str | None = None
+    """Where the harness's pager listens during the drill (``HOST:PORT``): a webhook receiver
+    that the team's Alertmanager routes the drill's alerts to; ``alert_paged`` judges what
+    arrived there."""
+
+    @field_validator("pager")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            _host, _, port = value.rpartition(":")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"pager: {value!r} is not HOST:PORT (e.g. 127.0.0.1:9099)")
+        return value
 
     @field_validator("adapter")
     @classmethod

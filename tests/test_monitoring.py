@@ -1,0 +1,248 @@
+"""Did the team's monitoring see it: the alert checks against a real Prometheus that scrapes
+the session stack and evaluates the stack's own alert rules (``stack/monitoring/rules.yml``),
+and a real Alertmanager that routes what fires to the harness's pager (Debian's binaries,
+unpacked into the cache; ``stack.monitoring`` starts them). A drill attached with
+``--prometheus`` and ``--pager`` is judged on how fast the alert fired, paged and resolved;
+the same drill against the rules a team fears (``for: 10m``) fails, named; an alert no rule
+defines, a drill without a pager and a pager address that is taken are refused before
+anything is applied."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drills.common.ports import free_port
+from drills.model.references import runbook_problem
+from stack.monitoring import RULES, Monitoring, stack_targets, start_monitoring
+from stack.provision import ensure_prometheus
+from tests.conftest import RunningStack, drills_cli, isolated_env
+from tests.helpers import anchored, drill_account
+
+ROOT = Path(__file__).resolve().parent.parent
+DRILL = ROOT / "tests" / "scenarios" / "short-alerts.yaml"
+QUIET = "alert_quiet LLM.* during baseline"
+FIRED = "alert_fired LLMBreakerOpen {upstream=vllm-0} during fault"
+PAGED = "alert_paged LLMBreakerOpen {upstream=vllm-0} during fault"
+RESOLVED = "alert_resolved_within LLMBreakerOpen {upstream=vllm-0} during fault"
+ON_PURPOSE = "alert_fired LLMEngineDown during fault"
+
+
+def test_the_stack_rules_load_and_each_names_a_real_runbook_step() -> None:
+    """Prometheus's own checker accepts the rules, and every alert's runbook_url resolves to a
+    heading of a shipped runbook (the drills' own runbook validation)."""
+    promtool = ensure_prometheus().with_name("promtool")
+    out = subprocess.run(
+        [str(promtool), "check", "rules", str(RULES)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    assert len(rules) >= 9
+    for rule in rules:
+        url = rule["annotations"].get("runbook_url")
+        assert url, f"{rule['alert']} has no runbook_url"
+        assert runbook_problem(url, RULES.parent) is None, (rule["alert"], url)
+
+
+@pytest.mark.parametrize(
+    ("check", "message"),
+    [
+        ("{check: alert_fired, alert: X, during: fault}", "check 'alert_fired' needs 'within'"),
+        (
+            "{check: alert_fired, alert: X, during: fault, below: 10s}",
+            "check 'alert_fired' takes no 'below' or 'above': its bound is 'within'",
+        ),
+        ("{check: alert_paged, during: fault, within: 10s}", "check 'alert_paged' needs 'alert'"),
+        ("{check: error_rate, alert: X, below: 0.1}", "check 'error_rate' takes no 'alert'"),
+        (
+            "{check: alert_quiet, during: baseline, within: 5s}",
+            "check 'alert_quiet' takes no 'within'",
+        ),
+    ],
+)
+def test_an_alert_check_without_its_fields_is_refused_where_it_is_written(
+    check: str, message: str, tmp_path: Path
+) -> None:
+    text = anchored(DRILL.read_text(), DRILL.parent)
+    lines = text.splitlines()
+    at = next(i for i, t in enumerate(lines) if "check: alert_quiet" in t)
+    lines[at] = f"  - {check}"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("\n".join(lines) + "\n")
+    out = subprocess.run(
+        drills_cli("validate", str(bad)), capture_output=True, text=True, env=isolated_env(tmp_path)
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{bad}:{at + 1}" in out.stderr and message in out.stderr, out.stderr
+
+
+@pytest.fixture(scope="module")
+def pager_port() -> int:
+    return free_port()
+
+
+def _monitoring(
+    stack: RunningStack, home: Path, pager_port: int, rules: list[Path] | None = None
+) -> Monitoring:
+    return start_monitoring(
+        home, stack_targets(stack.state_dir), f"http://127.0.0.1:{pager_port}/", rules
+    )
+
+
+@pytest.fixture(scope="module")
+def monitoring(
+    stack: RunningStack, tmp_path_factory: pytest.TempPathFactory, pager_port: int
+) -> Iterator[Monitoring]:
+    with _monitoring(stack, tmp_path_factory.mktemp("monitoring"), pager_port) as running:
+        yield running
+
+
+def run(
+    path: Path, stack: RunningStack, tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        drills_cli("run", str(path), *stack.attach_args(), "--out", str(tmp_path / "runs"), *extra),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=300,
+    )
+
+
+def _journal(tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads(next((tmp_path / "runs").glob("*/journal.json")).read_text())
+
+
+@pytest.mark.stack
+def test_the_breaker_alert_fires_pages_and_resolves_in_time(
+    monitoring: Monitoring, pager_port: int, stack: RunningStack, tmp_path: Path
+) -> None:
+    out = run(
+        DRILL,
+        stack,
+        tmp_path,
+        "--prometheus",
+        monitoring.prometheus,
+        "--pager",
+        f"127.0.0.1:{pager_port}",
+        "--alertmanager",
+        monitoring.alertmanager,
+    )
+    journal = _journal(tmp_path)
+    results = {c["label"]: c for c in journal["checks"]}
+    failed = [label for label, c in results.items() if not c["passed"]]
+    assert failed == [ON_PURPOSE], drill_account(journal)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "did not fire" in results[ON_PURPOSE]["reason"], results[ON_PURPOSE]
+    assert results[QUIET]["observed"] == 0, results[QUIET]
+    fired, paged = results[FIRED]["observed"], results[PAGED]["observed"]
+    # Paged after it fired (Alertmanager's group_wait of 1 s comes after the firing).
+    assert 0 < fired <= paged, (results[FIRED], results[PAGED])
+    assert "runbooks/gpu-pod-loss.md#breakers" in results[PAGED]["reason"], results[PAGED]
+    assert 0 <= results[RESOLVED]["observed"] <= 12, results[RESOLVED]
+    # The pages are in the journal, each with when it arrived.
+    pages = journal["pages"]
+    assert any(
+        a["name"] == "LLMBreakerOpen" and a["labels"].get("upstream") == "vllm-0"
+        for p in pages
+        for a in p["alerts"]
+    ), pages
+    # The reports list the pages, with the runbook each named.
+    summary = next((tmp_path / "runs").glob("*/summary.md")).read_text()
+    assert "| firing | LLMBreakerOpen{severity=page,upstream=vllm-0} |" in summary, summary
+    # What the team's Alertmanager held at the run's end, read back from it.
+    held = journal["alertmanager"]
+    assert held["error"] is None and held["url"] == monitoring.alertmanager, held
+    assert all(a["name"] and a["state"] for a in held["alerts"]), held
+    assert stack.toxics() == []
+
+
+@pytest.mark.stack
+def test_an_alert_the_team_fears_fails_the_detection_checks_named(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    """The same drill against the rule a team fears: the breaker alert only after 10 minutes
+    open. The fault is not detected, and the checks that say so are named."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule["alert"] == "LLMBreakerOpen":
+                rule["for"] = "10m"
+    feared = tmp_path / "feared-rules.yml"
+    feared.write_text(yaml.safe_dump(rules))
+    pager = free_port()
+    with _monitoring(stack, tmp_path / "monitoring", pager, [feared]) as running:
+        out = run(
+            DRILL, stack, tmp_path, "--prometheus", running.prometheus, "--pager", f":{pager}"
+        )
+    journal = _journal(tmp_path)
+    results = {c["label"]: c for c in journal["checks"]}
+    failed = {label for label, c in results.items() if not c["passed"]}
+    assert failed == {FIRED, PAGED, RESOLVED, ON_PURPOSE}, drill_account(journal)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "did not fire" in results[FIRED]["reason"], results[FIRED]
+    # It saw the breaker open (pending), and says that the rule's 'for' held it back.
+    assert "pending from +" in results[FIRED]["reason"], results[FIRED]
+    assert "the on-call was not paged" in results[PAGED]["reason"], results[PAGED]
+    assert "never fired" in results[RESOLVED]["reason"], results[RESOLVED]
+
+
+@pytest.mark.stack
+def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
+    monitoring: Monitoring, stack: RunningStack, tmp_path: Path
+) -> None:
+    text = anchored(DRILL.read_text(), DRILL.parent)
+    # An alert that no loaded rule defines.
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(text.replace("alert: LLMEngineDown", "alert: LLMEngineGone"))
+    pager = free_port()
+    out = run(
+        unknown, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", f":{pager}"
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "LLMEngineDown" in t)
+    assert (
+        f"{unknown}:{line} expect[4].alert: no alert rule loaded in the Prometheus at "
+        f"{monitoring.prometheus} defines 'LLMEngineGone'; it defines: " in out.stderr
+    ), out.stderr
+    assert "LLMBreakerOpen" in out.stderr
+    # alert_paged with no pager to receive the page.
+    out = run(DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "check 'alert_paged' judges what reached the harness's pager" in out.stderr
+    # A pager address that is taken.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run(
+            DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", f":{port}"
+        )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"the pager cannot listen at 127.0.0.1:{port}" in out.stderr, out.stderr
+    # An Alertmanager that does not answer.
+    gone = f"http://127.0.0.1:{free_port()}"
+    out = run(
+        DRILL,
+        stack,
+        tmp_path,
+        "--prometheus",
+        monitoring.prometheus,
+        "--pager",
+        f":{free_port()}",
+        "--alertmanager",
+        gone,
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"stack.attach.alertmanager: no Alertmanager answers at {gone}" in out.stderr
+    # A pager that is not HOST:PORT.
+    out = run(DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", "nope")
+    assert out.returncode == 2 and "--pager: 'nope' is not HOST:PORT" in out.stderr, out.stderr
+    assert stack.toxics() == []
+    assert not list((tmp_path / "runs").glob("*/journal.json"))
