@@ -214,9 +214,32 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     lint = commands.add_parser(
-        "lint", help="check a stack config's timeouts, retries and breakers for contradictions"
+        "lint",
+        help="check a stack config's timeouts, retries and breakers for contradictions, or a "
+        "Prometheus rules file's alerts (too slow for their SLO, no runbook, a missing metric)",
     )
-    lint.add_argument("configs", nargs="+", help="stack config files or profile names")
+    lint.add_argument(
+        "configs",
+        nargs="+",
+        help="stack config files or profile names, or Prometheus rules files (groups: ...)",
+    )
+    lint.add_argument(
+        "--slo-window",
+        help="rules: the SLO window the alerts protect (e.g. 5m); an alert that cannot fire "
+        "within it is an error (a rule's own slo_window annotation wins)",
+    )
+    lint.add_argument(
+        "--scrape-interval", default="1m", help="rules: the scrape interval (default 1m)"
+    )
+    lint.add_argument(
+        "--evaluation-interval",
+        default="1m",
+        help="rules: the evaluation interval (default 1m; a group's interval wins)",
+    )
+    lint.add_argument(
+        "--prometheus",
+        help="rules: a Prometheus whose targets must expose each metric the rules read",
+    )
     lint.add_argument(
         "--client-timeout",
         help="the timeout of the gateway's clients (e.g. 30s): it must outwait the gateway",
@@ -846,6 +869,7 @@ def _probe(args: argparse.Namespace) -> int:
 def _lint(args: argparse.Namespace) -> int:
     from drills.common.units import parse_duration
     from drills.lint import lint_stack
+    from drills.lint_rules import is_rules_file, lint_alert_rules
 
     client = None
     if args.client_timeout:
@@ -855,7 +879,10 @@ def _lint(args: argparse.Namespace) -> int:
             raise InputError(f"--client-timeout: {exc}") from None
     findings = []
     for config in args.configs:
-        findings.extend(lint_stack(config, client))
+        if is_rules_file(config):
+            findings.extend(lint_alert_rules(config, *_rule_args(args)))
+        else:
+            findings.extend(lint_stack(config, client))
     if args.json:
         print(json.dumps([f.as_json() for f in findings], indent=2))
     else:
@@ -866,6 +893,24 @@ def _lint(args: argparse.Namespace) -> int:
             f"{len(args.configs)} config(s): {errors} error(s), {len(findings) - errors} warning(s)"
         )
     return EXIT_FAILED if any(f.severity == "error" for f in findings) else EXIT_OK
+
+
+def _rule_args(args: argparse.Namespace) -> tuple[float | None, float, float, str | None]:
+    """``drills lint``'s flags for a rules file: SLO window, scrape and evaluation intervals,
+    the Prometheus to ask; bad input (exit code 2) naming the flag otherwise."""
+    from drills.common.units import parse_duration
+
+    values = []
+    for flag in ("slo_window", "scrape_interval", "evaluation_interval"):
+        value = getattr(args, flag)
+        try:
+            values.append(None if value is None else parse_duration(value))
+        except ValueError as exc:
+            raise InputError(f"--{flag.replace('_', '-')}: {exc}") from None
+    prometheus = _endpoint("--prometheus", args.prometheus)
+    slo, scrape, every = values
+    assert scrape is not None and every is not None
+    return slo, scrape, every, prometheus.url if prometheus else None
 
 
 def _print_checks(journal: Journal) -> None:

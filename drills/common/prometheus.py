@@ -93,6 +93,11 @@ class PrometheusAPI:
         return out
 
     def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        data = self.get_data(path, params)
+        return data if isinstance(data, dict) else {}
+
+    def get_data(self, path: str, params: dict[str, str]) -> Any:
+        """The ``data`` of any API answer (a list for label values, a map for metadata)."""
         response = self.client.get(f"{self.url}{path}", params=params)
         try:
             body = response.json()
@@ -101,10 +106,11 @@ class PrometheusAPI:
             raise PrometheusQueryError(
                 "not_prometheus", f"{path} answered HTTP {response.status_code}, not JSON"
             ) from None
-        if body.get("status") != "success":
+        if not isinstance(body, dict) or body.get("status") != "success":
             raise PrometheusQueryError(
-                str(body.get("errorType", "error")),
-                str(body.get("error", f"HTTP {response.status_code}")),
+                str(body.get("errorType", "error")) if isinstance(body, dict) else "error",
+                str(body.get("error", f"HTTP {response.status_code}"))
+                if isinstance(body, dict)
+                else f"HTTP {response.status_code}",
             )
-        data: dict[str, Any] = body.get("data") or {}
-        return data
+        return body.get("data")
