@@ -141,6 +141,10 @@ def _duration(doc: YamlDocument, loc: tuple[str | int, ...], value: Any) -> floa
         raise ConfigError([f"{doc.path}:{doc.line_of(loc)} {field}: {exc}"]) from None
 
 
+Problem = tuple[str, tuple[str | int, ...], str, str, bool]
+"""A finding before it is located: rule id, path in the file, message, fix, error or not."""
+
+
 def _lint_rule(
     doc: YamlDocument,
     loc: tuple[str | int, ...],
@@ -152,84 +156,108 @@ def _lint_rule(
     recorded: set[str],
 ) -> list[Finding]:
     name = str(rule["alert"])
-    expr = str(rule.get("expr", ""))
-    annotations = rule.get("annotations") or {}
-    findings = []
-
-    def add(rule_id: str, at: tuple[str | int, ...], message: str, fix: str, error: bool) -> None:
-        findings.append(
-            Finding(
-                "error" if error else "warning",
-                rule_id,
-                f"{name} ({'.'.join(str(p) for p in at)})",
-                message,
-                fix,
-                str(doc.path),
-                doc.line_of(at),
-            )
+    problems = [
+        *_too_slow(doc, loc, rule, slo_window, scrape, every),
+        *_runbook(doc, loc, rule),
+        *(
+            _missing_metrics(loc, str(rule.get("expr", "")), known, recorded)
+            if known is not None
+            else []
+        ),
+    ]
+    return [
+        Finding(
+            "error" if error else "warning",
+            rule_id,
+            f"{name} ({'.'.join(str(p) for p in at)})",
+            message,
+            fix,
+            str(doc.path),
+            doc.line_of(at),
         )
+        for rule_id, at, message, fix, error in problems
+    ]
 
+
+def _too_slow(
+    doc: YamlDocument,
+    loc: tuple[str | int, ...],
+    rule: dict[str, Any],
+    slo_window: float | None,
+    scrape: float,
+    every: float,
+) -> list[Problem]:
+    annotations = rule.get("annotations") or {}
     hold = _duration(doc, (*loc, "for"), rule["for"]) if rule.get("for") else 0.0
     window = slo_window
     if annotations.get("slo_window"):
         window = _duration(doc, (*loc, "annotations", "slo_window"), annotations["slo_window"])
     earliest = hold + scrape + every
-    if window is not None and earliest > window:
-        longest = _longest_range(expr)
-        ranged = f"; its longest range, [{format_duration(longest)}], adds more" if longest else ""
-        add(
-            "alert-too-slow",
-            (*loc, "for"),
-            f"fires {format_duration(earliest)} after the fault at the earliest (for "
-            f"{format_duration(hold)} + scrape {format_duration(scrape)} + evaluation "
-            f"{format_duration(every)}), longer than the {format_duration(window)} SLO window "
-            f"it protects{ranged}",
-            (
-                f"shorten 'for' to at most {format_duration(window - scrape - every)}, or alert "
-                "on a faster signal (a burn rate over a short window)"
-                if window > scrape + every
-                else f"even with for: 0s it fires {format_duration(scrape + every)} after the "
-                "fault: scrape and evaluate more often than the SLO window, or alert on a "
-                "faster signal"
-            ),
-            True,
-        )
+    if window is None or earliest <= window:
+        return []
+    longest = _longest_range(str(rule.get("expr", "")))
+    ranged = f"; its longest range, [{format_duration(longest)}], adds more" if longest else ""
+    fix = (
+        f"shorten 'for' to at most {format_duration(window - scrape - every)}, or alert on a "
+        "faster signal (a burn rate over a short window)"
+        if window > scrape + every
+        else f"even with for: 0s it fires {format_duration(scrape + every)} after the fault: "
+        "scrape and evaluate more often than the SLO window, or alert on a faster signal"
+    )
+    message = (
+        f"fires {format_duration(earliest)} after the fault at the earliest (for "
+        f"{format_duration(hold)} + scrape {format_duration(scrape)} + evaluation "
+        f"{format_duration(every)}), longer than the {format_duration(window)} SLO window it "
+        f"protects{ranged}"
+    )
+    return [("alert-too-slow", (*loc, "for"), message, fix, True)]
+
+
+def _runbook(doc: YamlDocument, loc: tuple[str | int, ...], rule: dict[str, Any]) -> list[Problem]:
+    annotations = rule.get("annotations") or {}
     url = annotations.get("runbook_url")
     if not url:
-        add(
-            "alert-runbook",
-            (*loc, "annotations") if annotations else loc,
-            "has no runbook_url: the page names no step to take",
-            "add annotations.runbook_url: the runbook heading that covers it "
-            "(https://.../runbook.md#step)",
-            True,
-        )
-    else:
-        problem = runbook_problem(str(url), doc.path.parent)
-        if problem is not None:
-            add(
+        return [
+            (
                 "alert-runbook",
-                (*loc, "annotations", "runbook_url"),
-                f"runbook_url {url!r}: {problem}",
-                "point it at a runbook heading that exists",
+                (*loc, "annotations") if annotations else loc,
+                "has no runbook_url: the page names no step to take",
+                "add annotations.runbook_url: the runbook heading that covers it "
+                "(https://.../runbook.md#step)",
                 True,
             )
-    if known is not None:
-        missing = sorted(
-            m for m in metric_names(expr) if m not in recorded and not _exposed(m, known)
+        ]
+    problem = runbook_problem(str(url), doc.path.parent)
+    if problem is None:
+        return []
+    return [
+        (
+            "alert-runbook",
+            (*loc, "annotations", "runbook_url"),
+            f"runbook_url {url!r}: {problem}",
+            "point it at a runbook heading that exists",
+            True,
         )
-        for metric in missing:
-            alternative = re.search(r"\bor\b", expr) is not None
-            add(
-                "alert-no-metric",
-                (*loc, "expr"),
-                f"reads {metric}, which no scrape target of the Prometheus exposes (no series, no "
-                "metadata)" + ("; the expression has an alternative ('or')" if alternative else ""),
-                "check the metric's name against /metrics of the target, or drill the stack so a "
-                "labelled counter counts once; a rule on a missing metric never fires",
-                not alternative,
-            )
-    return findings
+    ]
+
+
+def _missing_metrics(
+    loc: tuple[str | int, ...], expr: str, known: set[str], recorded: set[str]
+) -> list[Problem]:
+    alternative = re.search(r"\bor\b", expr) is not None
+    return [
+        (
+            "alert-no-metric",
+            (*loc, "expr"),
+            f"reads {metric}, which no scrape target of the Prometheus exposes (no series, no "
+            "metadata)" + ("; the expression has an alternative ('or')" if alternative else ""),
+            "check the metric's name against /metrics of the target, or drill the stack so a "
+            "labelled counter counts once; a rule on a missing metric never fires",
+            not alternative,
+        )
+        for metric in sorted(metric_names(expr))
+        if metric not in recorded and not _exposed(metric, known)
+    ]
 
 
 def _exposed(metric: str, known: set[str]) -> bool:

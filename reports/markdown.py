@@ -44,6 +44,23 @@ def _twin_role(journal: Journal, label: str, passed: bool) -> str:
     return "must pass on the twin: " + ("as declared" if passed else "**NOT AS DECLARED**")
 
 
+def _detection_lines(journal: Journal) -> list[str]:
+    """The detection matrix: per fault, the first sign at each layer (nothing: no fault)."""
+    if not journal.detection:
+        return []
+    lines = ["", "| fault | layer | after | what |", "|---|---|---|---|"]
+    for row in journal.detection:
+        fault = f"{row.what}" + ("" if row.detected else " (**not detected**)")
+        for sign in row.signs:
+            after = f"{sign.after:.1f}s" if sign.after is not None else "not seen"
+            runbook = f" ({_cell(sign.runbook)})" if sign.runbook else ""
+            lines.append(
+                f"| {_cell(fault)} | {sign.layer} | {after} | {_cell(sign.what)}{runbook} |"
+            )
+            fault = ""
+    return lines
+
+
 def _page_lines(journal: Journal) -> list[str]:
     """The pages the pager received, as a table (nothing when no pager ran)."""
     if journal.pages is None:
@@ -91,6 +108,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"{_cell(check.observed_text)} | {result} |"
         )
     lines += _page_lines(journal)
+    lines += _detection_lines(journal)
     if journal.load is not None:
         lines += ["", *load_lines(journal)]
     counted = windows(journal)

@@ -154,6 +154,17 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
         for p in pages
         for a in p["alerts"]
     ), pages
+    # The detection matrix: the fault was seen at the hop, alerted on and paged, each with a
+    # time, and the alert and page name the runbook step.
+    (row,) = journal["detection"]
+    assert row["detected"] and row["what"] == "toxiproxy.down on vllm-0", row
+    signs = {s["layer"]: s for s in row["signs"]}
+    assert signs["gateway, seen at the hop"]["after"] is not None, row
+    firing = [s for s in row["signs"] if s["layer"] == "alert firing"]
+    assert any(s["what"].startswith("LLMBreakerOpen{") for s in firing), row
+    assert all(s["runbook"] for s in firing if s["what"].startswith("LLMBreakerOpen")), row
+    page = next(s for s in row["signs"] if s["what"] == "LLMBreakerOpen reached the pager")
+    assert abs(page["after"] - paged) < 0.01, (row, paged)
     # The reports list the pages, with the runbook each named.
     summary = next((tmp_path / "runs").glob("*/summary.md")).read_text()
     assert "| firing | LLMBreakerOpen{severity=page,upstream=vllm-0} |" in summary, summary

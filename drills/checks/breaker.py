@@ -68,7 +68,7 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
         return result(check, name, None, 0, f"no fault on {check.target} was applied")
     applied = min(applied_at(f) for f in faults)
     hop = check.target or ""
-    claimed, claim = _claimed_opening(ev, hop, applied)
+    claimed, claim = claimed_opening(ev, hop, applied)
     if not observed.behind_hop(ev, hop):
         outcome = result(check, name, claimed, 1 if claimed is not None else 0, claim)
         return _as_claimed(outcome, claim, claimed, ev, hop)
@@ -105,7 +105,7 @@ def _exported(ev: Evaluation, signal: BreakerSignal) -> str | None:
     )
 
 
-def _claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | None, str]:
+def claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | None, str]:
     """The gateway's claim: seconds from the fault to its breaker's opening, and in words."""
     signal = ev.adapter.breaker_opened
     if signal is None:

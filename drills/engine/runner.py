@@ -36,6 +36,7 @@ from drills.checks.alerts import (
     has_monitoring,
     held_by_alertmanager,
 )
+from drills.checks.detection import alert_history, detection_matrix
 from drills.checks.observed import attribute
 from drills.checks.promql import check_queries, has_prometheus
 from drills.common.errors import (
@@ -781,6 +782,7 @@ class Runner:
             gpu=prober.gpu,
             retrieval=self.retrieval_status,
             checks=results,
+            detection=detection_matrix(ev, alert_history(ev)),
             pages=ev.pages,
             alertmanager=held_by_alertmanager(endpoints.alertmanager),
             load=delivered,

@@ -34,6 +34,8 @@ from drills.model.records import Record
 __all__ = [
     "FORMAT",
     "CheckResult",
+    "Detection",
+    "DetectionSign",
     "FaultRecord",
     "Journal",
     "LoadProcessHealth",
@@ -162,6 +164,32 @@ class Page(_Model):
     """The group's status: ``firing`` while any of its alerts fires, else ``resolved``."""
     receiver: str = ""
     alerts: list[PagedAlert] = Field(default_factory=list)
+
+
+class DetectionSign(_Model):
+    """The first sign of a fault at one layer (``drills.checks.detection``)."""
+
+    layer: str
+    """``client``, ``gateway, seen at the hop``, ``gateway, its claim``, ``alert pending``,
+    ``alert firing``, ``page``."""
+    after: float | None
+    """Seconds from the fault's application to the sign; ``None``: the layer did not show it."""
+    what: str
+    runbook: str | None = None
+    """The runbook step the alert or page names."""
+
+
+class Detection(_Model):
+    """One row of the detection matrix: a fault and the first sign of it at each layer."""
+
+    fault: int
+    """The fault's index in ``Journal.faults``."""
+    what: str
+    phase: str
+    applied_at: float
+    signs: list[DetectionSign] = Field(default_factory=list)
+    detected: bool
+    """Whether any layer showed it."""
 
 
 class CheckResult(_Model):
@@ -382,6 +410,8 @@ class Journal(_Model):
     gpu: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
     checks: list[CheckResult] = Field(default_factory=list)
+    detection: list[Detection] = Field(default_factory=list)
+    """For each applied fault, how long until each layer showed it (the detection matrix)."""
     pages: list[Page] | None = None
     """Every notification the pager received during the run (``None``: no pager ran)."""
     alertmanager: dict[str, Any] | None = None
