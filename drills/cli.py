@@ -595,6 +595,12 @@ def _attach_args(parser: argparse.ArgumentParser) -> None:
         help="attach: where the harness's pager listens during the drill (a webhook receiver "
         "the team's Alertmanager routes the drill's alerts to; alert_paged judges it)",
     )
+    parser.add_argument(
+        "--exporter",
+        metavar="HOST:PORT",
+        help="attach: where the harness serves the drill's metrics during the drill "
+        "(drills_fault_active, drills_phase) for the team's Prometheus to scrape",
+    )
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
@@ -624,13 +630,15 @@ def _options(args: argparse.Namespace) -> RunOptions:
         "hop": getattr(args, "hop", None),
         "prometheus": _endpoint("--prometheus", getattr(args, "prometheus", None)),
         "alertmanager": _endpoint("--alertmanager", getattr(args, "alertmanager", None)),
-        "pager": _listen(getattr(args, "pager", None)),
+        "pager": _listen("--pager", getattr(args, "pager", None)),
+        "exporter": _listen("--exporter", getattr(args, "exporter", None)),
     }
     # Only what was given: the scenario's attach section gives the rest (``attach_of``), and
     # a scenario without one needs --toxiproxy too (said there, with the scenario's name).
     attach = (
         Attach.model_construct(**{k: v for k, v in given.items() if v is not None})
-        if args.gateway or given["prometheus"] or given["alertmanager"] or given["pager"]
+        if args.gateway
+        or any(given[k] for k in ("prometheus", "alertmanager", "pager", "exporter"))
         else None
     )
     return RunOptions(
@@ -661,15 +669,15 @@ def _endpoint(flag: str, url: str | None) -> Any:
         raise InputError(f"{flag}: {url!r} is not an http(s):// URL") from None
 
 
-def _listen(value: str | None) -> str | None:
-    """``--pager HOST:PORT``; bad input if it is not one."""
+def _listen(flag: str, value: str | None) -> str | None:
+    """``--pager HOST:PORT`` (or ``--exporter``); bad input if it is not one."""
     from drills.engine.pager import parse_listen
 
     if value is not None:
         try:
             parse_listen(value)
         except ValueError as exc:
-            raise InputError(f"--pager: {exc}") from None
+            raise InputError(f"{flag}: {exc}") from None
     return value
 
 

@@ -109,6 +109,7 @@ def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
             "prometheus",
             "alertmanager",
             "pager",
+            "exporter",
         ):
             value = getattr(options.attach, name, None)
             if name in ("prometheus", "alertmanager") and value is not None:

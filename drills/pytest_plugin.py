@@ -57,6 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--drills-alertmanager", help="attach: the team's Alertmanager (read-only)")
     group.addoption(
+        "--drills-exporter",
+        help="attach: HOST:PORT where the harness serves each drill's metrics for Prometheus",
+    )
+    group.addoption(
         "--drills-pager",
         help="attach: HOST:PORT where the harness's pager listens for the team's Alertmanager",
     )
@@ -91,12 +95,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if url and not str(url).startswith(("http://", "https://")):
             flag = "--" + name.replace("_", "-")
             raise pytest.UsageError(f"{flag}: {url!r} is not an http(s):// URL")
-    pager = config.getoption("drills_pager")
-    if pager:
-        try:
-            parse_listen(str(pager))
-        except ValueError as exc:
-            raise pytest.UsageError(f"--drills-pager: {exc}") from None
+    for name in ("drills_pager", "drills_exporter"):
+        listen = config.getoption(name)
+        if listen:
+            try:
+                parse_listen(str(listen))
+            except ValueError as exc:
+                flag = "--" + name.replace("_", "-")
+                raise pytest.UsageError(f"{flag}: {exc}") from None
     if config.getoption("drills_toxiproxy") and not config.getoption("drills_gateway"):
         raise pytest.UsageError(
             "--drills-toxiproxy without --drills-gateway: attaching needs the gateway's URL"
@@ -182,6 +188,7 @@ class DrillSession:
             "prometheus": PrometheusEndpoint(url=prometheus) if prometheus else None,
             "alertmanager": PrometheusEndpoint(url=alertmanager) if alertmanager else None,
             "pager": self._opt("drills_pager"),
+            "exporter": self._opt("drills_exporter"),
         }
         options = RunOptions(
             out_dir=Path(self._opt("drills_out")),

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from drills.common.ports import free_port
+from drills.common.prometheus import PrometheusAPI
 from drills.lint_rules import metric_names
 from drills.model.references import runbook_problem
 from stack.monitoring import RULES, Monitoring, stack_targets, start_monitoring
@@ -88,19 +89,33 @@ def pager_port() -> int:
     return free_port()
 
 
+@pytest.fixture(scope="module")
+def exporter_port() -> int:
+    return free_port()
+
+
 def _monitoring(
-    stack: RunningStack, home: Path, pager_port: int, rules: list[Path] | None = None
+    stack: RunningStack,
+    home: Path,
+    pager_port: int,
+    rules: list[Path] | None = None,
+    exporter_port: int | None = None,
 ) -> Monitoring:
-    return start_monitoring(
-        home, stack_targets(stack.state_dir), f"http://127.0.0.1:{pager_port}/", rules
-    )
+    targets = stack_targets(stack.state_dir)
+    if exporter_port is not None:  # the harness's own metrics, while a drill runs
+        targets["drills"] = [f"127.0.0.1:{exporter_port}"]
+    return start_monitoring(home, targets, f"http://127.0.0.1:{pager_port}/", rules)
 
 
 @pytest.fixture(scope="module")
 def monitoring(
-    stack: RunningStack, tmp_path_factory: pytest.TempPathFactory, pager_port: int
+    stack: RunningStack,
+    tmp_path_factory: pytest.TempPathFactory,
+    pager_port: int,
+    exporter_port: int,
 ) -> Iterator[Monitoring]:
-    with _monitoring(stack, tmp_path_factory.mktemp("monitoring"), pager_port) as running:
+    home = tmp_path_factory.mktemp("monitoring")
+    with _monitoring(stack, home, pager_port, exporter_port=exporter_port) as running:
         yield running
 
 
@@ -122,7 +137,11 @@ def _journal(tmp_path: Path) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.stack
 def test_the_breaker_alert_fires_pages_and_resolves_in_time(
-    monitoring: Monitoring, pager_port: int, stack: RunningStack, tmp_path: Path
+    monitoring: Monitoring,
+    pager_port: int,
+    exporter_port: int,
+    stack: RunningStack,
+    tmp_path: Path,
 ) -> None:
     out = run(
         DRILL,
@@ -134,6 +153,8 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
         f"127.0.0.1:{pager_port}",
         "--alertmanager",
         monitoring.alertmanager,
+        "--exporter",
+        f"127.0.0.1:{exporter_port}",
     )
     journal = _journal(tmp_path)
     results = {c["label"]: c for c in journal["checks"]}
@@ -168,6 +189,28 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
     # The reports list the pages, with the runbook each named.
     summary = next((tmp_path / "runs").glob("*/summary.md")).read_text()
     assert "| firing | LLMBreakerOpen{severity=page,upstream=vllm-0} |" in summary, summary
+    # The drill on the team's Prometheus: its fault window, scraped from the harness, lies
+    # where the journal says the fault was (within a scrape interval and a query step).
+    (fault,) = journal["faults"]
+    with PrometheusAPI(monitoring.prometheus) as prometheus:
+        ((labels, points),) = prometheus.query_range(
+            'drills_fault_active{kind="toxiproxy.down",target="vllm-0"}',
+            journal["started_at"],
+            journal["ended_at"] + 5,
+            0.25,
+        )
+        phases = prometheus.query_range(
+            'max_over_time(drills_phase{phase="fault"}[1s])',
+            journal["started_at"],
+            journal["ended_at"] + 5,
+            1,
+        )
+    assert labels["drill"] == "short-alerts" and labels["run"] == journal["run_id"], labels
+    active = [t for t, v in points if v == 1]
+    assert active, points
+    assert fault["applied_at"] <= active[0] <= fault["applied_at"] + 2.5, (fault, active[0])
+    assert active[-1] <= fault["reverted_at"] + 2.5, (fault, active[-1])
+    assert any(v == 1 for _, pts in phases for _, v in pts), phases
     # What the team's Alertmanager held at the run's end, read back from it.
     held = journal["alertmanager"]
     assert held["error"] is None and held["url"] == monitoring.alertmanager, held

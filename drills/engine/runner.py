@@ -56,6 +56,7 @@ from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.chain import ChainState, differences, read_chain
 from drills.engine.claims import run_claims
 from drills.engine.events import EventHandler, RunEvent
+from drills.engine.exporter import DrillExporter
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
 from drills.engine.ledger import Ledger
@@ -141,6 +142,8 @@ class StackEndpoints:
     """The team's Alertmanager (``stack.attach.alertmanager``), read-only."""
     pager: str | None = None
     """Where the harness's pager listens during the drill (``stack.attach.pager``)."""
+    exporter: str | None = None
+    """Where the harness serves the drill's metrics (``stack.attach.exporter``)."""
 
     def info(self) -> StackInfo:
         """What the journal keeps of the stack."""
@@ -192,7 +195,7 @@ def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:
     if own is None:
         if "gateway" not in given.model_fields_set:
             raise InputError(
-                f"--prometheus, --alertmanager or --pager without --gateway: drill "
+                f"--prometheus, --alertmanager, --pager or --exporter without --gateway: drill "
                 f"{scenario.drill} has no attach section that names its gateway; give "
                 "--gateway URL"
             )
@@ -260,6 +263,7 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
             prometheus=attach.prometheus,
             alertmanager=attach.alertmanager,
             pager=attach.pager,
+            exporter=attach.exporter,
         )
     from stack import control
 
@@ -412,6 +416,7 @@ class Runner:
         self._differs: list[str] = []  # the chain after the drill against before it
         self._l7_hops: list[str] | None = None  # what the L7 hop fronts, as it said
         self._pager: Pager | None = None  # the pager, while a drill that names one runs
+        self._exporter: DrillExporter | None = None  # the drill's metrics, when asked for
         self._unread: list[str] = []
 
     @property
@@ -428,6 +433,8 @@ class Runner:
         )
         message = f"{event} " + " ".join(f"{k}={v}" for k, v in detail.items())
         logger.info("%s", message)
+        if self._exporter is not None:
+            self._exporter.observe(event, detail)
         self._emit(RunEvent(event, message, now, dict(detail)))
 
     def _say(self, text: str, kind: str = "progress") -> None:
@@ -526,12 +533,21 @@ class Runner:
         check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
         check_alert_rules(scenario, self.doc, endpoints.prometheus)
         check_alertmanager(self.doc, endpoints.alertmanager)
-        # The pager listens before anything is applied: a taken address is bad input.
+        # The pager and the exporter listen before anything is applied: a taken address is
+        # bad input.
         self._pager = Pager(endpoints.pager) if endpoints.pager else None
-        if self._pager is None:
-            return self._drill(run_dir, abort_path, endpoints, state_dir)
-        with self._pager:
-            self._say(f"the pager listens at {self._pager.url} for Alertmanager's webhook")
+        self._exporter = (
+            DrillExporter(endpoints.exporter, scenario.drill, self.run_id)
+            if endpoints.exporter
+            else None
+        )
+        with contextlib.ExitStack() as listening:
+            if self._pager is not None:
+                listening.enter_context(self._pager)
+                self._say(f"the pager listens at {self._pager.url} for Alertmanager's webhook")
+            if self._exporter is not None:
+                listening.enter_context(self._exporter)
+                self._say(f"the drill's metrics are served at {self._exporter.url}")
             return self._drill(run_dir, abort_path, endpoints, state_dir)
 
     def _drill(

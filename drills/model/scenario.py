@@ -1017,13 +1017,18 @@ class Attach(_Model):
     that the team's Alertmanager routes the drill's alerts to; ``alert_paged`` judges what
     arrived there."""
 
-    @field_validator("pager")
+    exporter: str | None = None
+    """Where the harness serves the drill's own metrics during the drill (``HOST:PORT``), for
+    the team's Prometheus to scrape: ``drills_fault_active``, ``drills_phase`` and
+    ``drills_run_active`` (``drills.engine.exporter``), what a Grafana annotation reads."""
+
+    @field_validator("pager", "exporter")
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
         if value is not None:
             _host, _, port = value.rpartition(":")
             if not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"pager: {value!r} is not HOST:PORT (e.g. 127.0.0.1:9099)")
+                raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9099)")
         return value
 
     @field_validator("adapter")
