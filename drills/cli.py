@@ -31,7 +31,7 @@ from drills.model.journal import FORMAT, Journal
 
 if TYPE_CHECKING:
     from drills.common.yamlsrc import YamlDocument
-    from drills.engine.runner import RunOptions
+    from drills.engine.options import RunOptions
     from drills.model.scenario import Scenario, Twin
 
 __all__ = ["main"]
@@ -604,7 +604,7 @@ def _attach_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
-    from drills.engine.runner import RunOptions
+    from drills.engine.options import RunOptions
     from drills.engine.safety import load_policy
     from drills.model.gateways import merged
     from drills.model.scenario import Attach
@@ -992,7 +992,7 @@ def _twin_plan(scenario: Scenario, twin: Twin, options: RunOptions) -> tuple[Sce
     on its attach fields over the drill's."""
     import dataclasses
 
-    from drills.engine.runner import attach_of
+    from drills.engine.options import attach_of
     from drills.engine.twins import in_twin_cluster
     from drills.model.scenario import Attach
 
@@ -1007,7 +1007,7 @@ def _run_twins(
     scenario: Scenario, doc: YamlDocument, options: RunOptions, args: argparse.Namespace
 ) -> int:
     """``drills run X --twin [NAME]``: the drill on its twins, one after another."""
-    from drills.engine.runner import attach_of
+    from drills.engine.options import attach_of
     from drills.engine.twins import pick_twins, run_twin
 
     twins = pick_twins(scenario, doc, args.twin or None)

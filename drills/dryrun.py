@@ -12,7 +12,7 @@ from drills.common.errors import InputError, SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
 from drills.engine.hardware import HARDWARE_KINDS
-from drills.engine.runner import RunOptions, attach_of, attach_urls
+from drills.engine.options import RunOptions, attach_of, attach_urls
 from drills.engine.safety import (
     SafetyPolicy,
     check_scenario,

@@ -36,7 +36,8 @@ from drills.common.redact import redact
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.engine.events import FOR_PEOPLE, RunEvent
-from drills.engine.runner import Runner, RunOptions, attach_of, attach_urls, parts_for_all
+from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
+from drills.engine.runner import Runner
 from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
 from drills.model.scenario import Attach, Scenario, load_scenario
 

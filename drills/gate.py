@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
-from drills.engine.runner import RunOptions, attach_of, attach_urls, parts_for_all
+from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
 from drills.model.scenario import Scenario, load_scenario

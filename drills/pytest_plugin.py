@@ -32,8 +32,9 @@ import pytest
 
 from drills.common.errors import DrillFailed, DrillsError, InputError
 from drills.common.yamlsrc import YamlDocument
+from drills.engine.options import RunOptions
 from drills.engine.pager import parse_listen
-from drills.engine.runner import Runner, RunOptions
+from drills.engine.runner import Runner
 from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
 from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, Twin, load_scenario
@@ -214,7 +215,7 @@ class DrillSession:
         restart it whole, and the session takes it down at its end)."""
         if profile in self._checked:
             return
-        from drills.engine.runner import no_other_run, parts_for_all
+        from drills.engine.options import no_other_run, parts_for_all
         from stack import control
         from stack.state import default_state_dir
 

@@ -26,3 +26,20 @@ def test_no_long_function_without_a_reason() -> None:
                     rel = path.relative_to(ROOT)
                     offenders.append(f"{rel}:{node.lineno} {node.name} ({length} lines)")
     assert not offenders, "functions over 60 lines with no reason given:\n" + "\n".join(offenders)
+
+
+def test_no_import_cycle_in_the_engine() -> None:
+    """The engine's modules import one another in one direction only (imports inside
+    functions count): options and endpoints first, the runner after them, then what runs
+    drills (twins, the gate, the game day)."""
+    import grimp
+
+    graph = grimp.build_graph("drills", include_external_packages=False)
+    engine = sorted(m for m in graph.modules if m.startswith("drills.engine"))
+    cycles = [
+        (a, b)
+        for i, a in enumerate(engine)
+        for b in engine[i + 1 :]
+        if graph.chain_exists(a, b) and graph.chain_exists(b, a)
+    ]
+    assert not cycles, cycles

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from drills.engine.runner import Runner, RunOptions
+from drills.engine.options import RunOptions
+from drills.engine.runner import Runner
 from drills.model.scenario import Attach, load_scenario
 from stack import control
 from stack.config import load_stack_config

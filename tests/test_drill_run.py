@@ -21,7 +21,8 @@ import pytest
 from drills.common.system import pid_alive
 from drills.common.toxiproxy import Toxic, ToxiproxyClient
 from drills.engine.ledger import Ledger
-from drills.engine.runner import Runner, RunOptions
+from drills.engine.options import RunOptions
+from drills.engine.runner import Runner
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import InjectionContext, register
 from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin

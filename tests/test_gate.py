@@ -127,7 +127,7 @@ def test_gate_collects_drills_from_directories_and_dry_runs(tmp_path: Path) -> N
 def test_a_gates_children_are_attached_as_the_gate_was(tmp_path: Path) -> None:
     """With --concurrency, each drill runs in a child `drills run`: it gets every attach flag
     the gate was given (a URL for --prometheus), and none it was not."""
-    from drills.engine.runner import RunOptions
+    from drills.engine.options import RunOptions
     from drills.gate import _child_args
     from drills.model.scenario import Attach, PrometheusEndpoint
 

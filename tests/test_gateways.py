@@ -15,7 +15,7 @@ import pytest
 
 from drills.checks import Evaluation, evaluate
 from drills.common.errors import StackError
-from drills.engine.runner import RunOptions, StackEndpoints, check_health, resolve_stack
+from drills.engine.options import RunOptions, StackEndpoints, check_health, resolve_stack
 from drills.model.gateways import BUILTIN, merged
 from drills.model.journal import Probe
 from drills.model.scenario import Attach, Check, Scenario, load_scenario

@@ -426,7 +426,8 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
     """The whole drill, signed in as on EKS (an exec credential plugin, in a merged
     ``KUBECONFIG``); then the same drill as a user whose RBAC only lets it read pods is refused
     before its first phase, with nothing deleted."""
-    from drills.engine.runner import Runner, RunOptions
+    from drills.engine.options import RunOptions
+    from drills.engine.runner import Runner
     from drills.model.scenario import Attach
 
     exec_config, runs = kube.exec_kubeconfig(tmp_path)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from drills.engine.options import RunOptions, parts_for_all
 from drills.engine.parts import needed_parts
-from drills.engine.runner import RunOptions, parts_for_all
 from drills.model.scenario import Scenario, load_scenario
 from stack.config import load_stack_config, parts_of, without_parts
 

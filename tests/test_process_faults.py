@@ -16,7 +16,8 @@ import pytest
 
 from drills.common.errors import InjectionFailed
 from drills.engine.ledger import Ledger
-from drills.engine.runner import Runner, RunOptions
+from drills.engine.options import RunOptions
+from drills.engine.runner import Runner
 from drills.model.scenario import Attach, ProcessFreezeFault, load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from drills.engine.runner import Runner, RunOptions
+from drills.engine.options import RunOptions
+from drills.engine.runner import Runner
 from drills.model.scenario import Attach, load_scenario
 from tests.conftest import RunningStack, run_twin
 from tests.helpers import drill_account, twin_account

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-from drills.engine.runner import RunOptions, attach_of, base_profile, resolve_stack
+from drills.engine.options import RunOptions, attach_of, base_profile, resolve_stack
 from drills.model.scenario import Attach, Scenario
 
 __all__ = ["base_profile", "beside", "cannot_share", "running_host"]

@@ -22,17 +22,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from drills.common.errors import InputError
 from drills.common.yamlsrc import YamlDocument, format_path
-from drills.engine.runner import Runner, RunOptions, attach_of
+from drills.engine.options import RunOptions, attach_of
+from drills.engine.runner import Runner
 from drills.engine.sharing import base_profile, beside, cannot_share, running_host
-from drills.model.journal import CheckResult, Journal, RunStatus, TwinOutcome
+from drills.engine.twin_plan import TwinPlan, twin_outcome
+from drills.model.journal import Journal
 from drills.model.scenario import (
     Attach,
     KubernetesFault,
@@ -43,15 +43,6 @@ from drills.model.scenario import (
 )
 
 __all__ = ["TwinPlan", "in_twin_cluster", "pick_twins", "run_twin", "twin_outcome"]
-
-
-@dataclass(frozen=True)
-class TwinPlan:
-    """What a run on a twin needs to judge itself (``RunOptions.twin``)."""
-
-    twin: Twin
-    stack: str
-    skipped_faults: tuple[str, ...] = ()
 
 
 def pick_twins(scenario: Scenario, doc: YamlDocument | None, name: str | None) -> list[Twin]:
@@ -106,28 +97,6 @@ def without_absent(scenario: Scenario, twin: Twin) -> tuple[Scenario, tuple[str,
                 keep.append(fault)
         phases.append(phase.model_copy(update={"inject": keep}))
     return scenario.model_copy(update={"phases": phases}), tuple(skipped)
-
-
-def twin_outcome(
-    plan: TwinPlan,
-    checks: list[CheckResult],
-    status: RunStatus,
-    aborted: dict[str, Any] | None = None,
-) -> TwinOutcome:
-    twin = plan.twin
-    by = aborted.get("check") if aborted and aborted.get("cause") == "abort_condition" else None
-    return TwinOutcome(
-        name=twin.key,
-        why=twin.why,
-        stack=plan.stack,
-        must_fail=twin.must_fail,
-        may_fail=twin.may_fail,
-        failed=[c.label for c in checks if not c.passed],
-        skipped_faults=list(plan.skipped_faults),
-        status=status,
-        aborts=twin.aborts,
-        aborted_by=by,
-    )
 
 
 def run_twin(
