@@ -96,15 +96,15 @@ def _locate(doc: YamlDocument | None, *path: str | int) -> str:
 def has_prometheus(
     scenario: Scenario, doc: YamlDocument | None, prometheus: PrometheusEndpoint | None
 ) -> None:
-    """Bad input (exit code 2, before any stack is started) if the drill has a ``promql``
-    check and names no Prometheus to ask."""
+    """Bad input (exit code 2, before any stack is started) if a drill attached to a team's
+    stack has a ``promql`` check and names no Prometheus to ask."""
     found = [i for i, c in enumerate(scenario.expect) if c.query is not None]
     if found and prometheus is None:
         raise ConfigError(
             [
                 f"{_locate(doc, 'expect', found[0])}expect[{found[0]}]: check 'promql' asks the "
                 "team's Prometheus, and the drill names none: give stack.attach.prometheus "
-                "(or --prometheus URL); the embedded stack runs no Prometheus of its own"
+                "(or --prometheus URL), or run it on the embedded stack, which starts its own"
             ]
         )
 

@@ -56,6 +56,7 @@ from drills.engine.exporter import DrillExporter
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
 from drills.engine.ledger import Ledger
+from drills.engine.monitoring import embedded_monitoring
 from drills.engine.options import (
     RunOptions,
     StackEndpoints,
@@ -197,14 +198,11 @@ class Runner:
         policy = self.policy = self.options.safety or load_policy()
         attached = attach_of(scenario, self.options)
         check_scenario(scenario, self.doc, policy, attach_urls(attached))
-        # Before any stack is started: promql and alert checks need a Prometheus (or a pager).
-        has_prometheus(scenario, self.doc, attached.prometheus if attached else None)
-        has_monitoring(
-            scenario,
-            self.doc,
-            attached.prometheus if attached else None,
-            attached.pager if attached else None,
-        )
+        # Before any stack is started: on a team's stack, promql and alert checks need the
+        # team's Prometheus (or pager); the embedded stack starts its own (``_run``).
+        if attached is not None:
+            has_prometheus(scenario, self.doc, attached.prometheus)
+            has_monitoring(scenario, self.doc, attached.prometheus, attached.pager)
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
             check_profile(scenario, self.doc, self.options.profile)
@@ -248,11 +246,19 @@ class Runner:
             yield
 
     def _run(self, run_dir: Path, abort_path: Path) -> Journal:
-        scenario = self.scenario
-        endpoints = resolve_stack(scenario, self.options)
+        endpoints = resolve_stack(self.scenario, self.options)
         check_health(endpoints, self.doc)
-        check_queries(scenario, self.doc, endpoints.prometheus)
         state_dir = self._state_dir()
+        home = run_dir / "monitoring"
+        with embedded_monitoring(self.scenario, endpoints, state_dir, home, self._say) as seen:
+            return self._checked(run_dir, abort_path, seen, state_dir)
+
+    def _checked(
+        self, run_dir: Path, abort_path: Path, endpoints: StackEndpoints, state_dir: Path | None
+    ) -> Journal:
+        """Refuse what the stack cannot do before anything is applied, then drill."""
+        scenario = self.scenario
+        check_queries(scenario, self.doc, endpoints.prometheus)
         proxies, l7 = proxy_names(endpoints), l7_hop_names(endpoints)
         self._l7_hops = l7
         check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)

@@ -1,0 +1,65 @@
+"""The embedded stack's own monitoring, for a drill that asks its monitoring something.
+
+A drill on the embedded stack with ``promql`` or ``alert_*`` checks gets what a team would run
+beside its stack: a real Prometheus that scrapes the stack (its engines, its gateway, and the
+harness's exporter) and evaluates the stack's alert rules (``stack/monitoring/rules.yml``),
+and a real Alertmanager that routes what fires to the harness's pager
+(``stack.monitoring``). They start with the drill, only for a drill that uses them, keep their
+state and logs in the run directory (``monitoring/``), and stop when it ends. A drill attached
+to a team's stack asks the team's own (``stack.attach.prometheus``, ``pager``): nothing is
+started for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from drills.common.ports import free_port
+from drills.engine.options import StackEndpoints
+from drills.model.check_families import ALERT_FAMILIES
+from drills.model.scenario import PrometheusEndpoint, Scenario
+from stack.monitoring import stack_targets, start_monitoring
+
+__all__ = ["embedded_monitoring", "needs_monitoring"]
+
+
+def needs_monitoring(scenario: Scenario) -> bool:
+    """Whether a check of ``scenario`` asks a Prometheus or the pager."""
+    return any(c.query is not None or c.check in ALERT_FAMILIES for c in scenario.expect)
+
+
+@contextlib.contextmanager
+def embedded_monitoring(
+    scenario: Scenario,
+    endpoints: StackEndpoints,
+    state_dir: Path | None,
+    home: Path,
+    say: Callable[[str], None],
+) -> Iterator[StackEndpoints]:
+    """``endpoints``, with the embedded stack's Prometheus, Alertmanager, pager and exporter
+    while the block runs when the drill needs them and runs on the embedded stack (its
+    ``state_dir`` known, no Prometheus of the team's named); else ``endpoints`` as they are."""
+    if (
+        not needs_monitoring(scenario)
+        or state_dir is None
+        or endpoints.prometheus is not None
+        or endpoints.pager is not None
+    ):
+        yield endpoints
+        return
+    pager, exporter = free_port(), free_port()
+    targets = stack_targets(state_dir)
+    targets["drills"] = [f"127.0.0.1:{exporter}"]
+    say("starting the stack's monitoring: Prometheus with its alert rules, and Alertmanager")
+    with start_monitoring(home, targets, f"http://127.0.0.1:{pager}/") as monitoring:
+        say(f"Prometheus at {monitoring.prometheus}, Alertmanager at {monitoring.alertmanager}")
+        yield dataclasses.replace(
+            endpoints,
+            prometheus=PrometheusEndpoint(url=monitoring.prometheus),
+            alertmanager=PrometheusEndpoint(url=monitoring.alertmanager),
+            pager=f"127.0.0.1:{pager}",
+            exporter=endpoints.exporter or f"127.0.0.1:{exporter}",
+        )
