@@ -49,6 +49,7 @@ def dry_run(
         profile = options.profile or (
             scenario.stack if isinstance(scenario.stack, str) else "sound"
         )
+        from drills.engine.monitoring import needs_monitoring
         from drills.engine.parts import needed_parts
         from stack.config import parts_of
 
@@ -61,6 +62,7 @@ def dry_run(
             "toxiproxy": f"http://{config.host}:{config.toxiproxy.api_port}",
             "parts": {p: needed.get(p, "asked for") for p in sorted(parts_of(config) & started)},
             "left_out": sorted(parts_of(config) - started),
+            "monitoring": needs_monitoring(scenario),
         }
         for hop in config.upstreams:
             hops[hop.name] = {
@@ -176,6 +178,11 @@ def _stack_lines(stack: dict[str, Any]) -> list[str]:
         f"    without {part} (not needed; a stack already up with it is used as it is)"
         for part in stack["left_out"]
     ]
+    if stack.get("monitoring"):
+        lines.append(
+            "    with its monitoring for this run: Prometheus (stack/monitoring/rules.yml), "
+            "Alertmanager, the pager and the exporter (a check asks them)"
+        )
     return lines
 
 
