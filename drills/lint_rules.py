@@ -23,6 +23,7 @@ a keyword is a metric. Each finding names the file, the line of the rule, the va
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,15 +123,22 @@ def lint_alert_rules(
         every = evaluation_interval
         if group.get("interval"):
             every = _duration(doc, ("groups", g, "interval"), group["interval"])
+        timing = _Timing(slo_window, scrape_interval, every)
         for r, rule in enumerate(group.get("rules") or []):
-            if not isinstance(rule, dict) or "alert" not in rule:
-                continue
-            loc = ("groups", g, "rules", r)
-            rule_findings = _lint_rule(
-                doc, loc, rule, slo_window, scrape_interval, every, known, recorded
-            )
-            findings.extend(rule_findings)
+            if isinstance(rule, dict) and "alert" in rule:
+                loc = ("groups", g, "rules", r)
+                findings.extend(_lint_rule(doc, loc, rule, timing, known, recorded))
     return findings
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """What bounds how fast an alert of a group can fire, and the SLO window it must fit."""
+
+    slo_window: float | None
+    scrape: float
+    every: float
+    """The group's evaluation interval."""
 
 
 def _duration(doc: YamlDocument, loc: tuple[str | int, ...], value: Any) -> float:
@@ -149,15 +157,13 @@ def _lint_rule(
     doc: YamlDocument,
     loc: tuple[str | int, ...],
     rule: dict[str, Any],
-    slo_window: float | None,
-    scrape: float,
-    every: float,
+    timing: _Timing,
     known: set[str] | None,
     recorded: set[str],
 ) -> list[Finding]:
     name = str(rule["alert"])
     problems = [
-        *_too_slow(doc, loc, rule, slo_window, scrape, every),
+        *_too_slow(doc, loc, rule, timing),
         *_runbook(doc, loc, rule),
         *(
             _missing_metrics(loc, str(rule.get("expr", "")), known, recorded)
@@ -180,16 +186,12 @@ def _lint_rule(
 
 
 def _too_slow(
-    doc: YamlDocument,
-    loc: tuple[str | int, ...],
-    rule: dict[str, Any],
-    slo_window: float | None,
-    scrape: float,
-    every: float,
+    doc: YamlDocument, loc: tuple[str | int, ...], rule: dict[str, Any], timing: _Timing
 ) -> list[Problem]:
+    scrape, every = timing.scrape, timing.every
     annotations = rule.get("annotations") or {}
     hold = _duration(doc, (*loc, "for"), rule["for"]) if rule.get("for") else 0.0
-    window = slo_window
+    window = timing.slo_window
     if annotations.get("slo_window"):
         window = _duration(doc, (*loc, "annotations", "slo_window"), annotations["slo_window"])
     earliest = hold + scrape + every

@@ -267,6 +267,20 @@ def run_drill(
     return result, journals
 
 
+def run_attached(
+    path: Path, stack: RunningStack, tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`drills run PATH EXTRA...` attached to the session's stack (its gateway, Toxiproxy and
+    L7 hop), run directories under ``tmp_path/runs``."""
+    return subprocess.run(
+        drills_cli("run", str(path), *stack.attach_args(), "--out", str(tmp_path / "runs"), *extra),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=300,
+    )
+
+
 def run_on_stack(
     scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:

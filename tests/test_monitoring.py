@@ -24,7 +24,14 @@ from drills.lint_rules import metric_names
 from drills.model.references import runbook_problem
 from stack.monitoring import RULES, Monitoring, stack_targets, start_monitoring
 from stack.provision import ensure_prometheus
-from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_on_stack
+from tests.conftest import (
+    RunningStack,
+    drills_cli,
+    isolated_env,
+    processes_naming,
+    run_attached,
+    run_on_stack,
+)
 from tests.helpers import anchored, drill_account
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,16 +126,9 @@ def monitoring(
         yield running
 
 
-def run(
-    path: Path, stack: RunningStack, tmp_path: Path, *extra: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        drills_cli("run", str(path), *stack.attach_args(), "--out", str(tmp_path / "runs"), *extra),
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        timeout=300,
-    )
+def _watched(prometheus: str, pager: str, *extra: str) -> tuple[str, ...]:
+    """The flags that attach a drill to the team's monitoring: its Prometheus, the pager."""
+    return ("--prometheus", prometheus, "--pager", pager, *extra)
 
 
 def _journal(tmp_path: Path) -> dict:  # type: ignore[type-arg]
@@ -143,14 +143,11 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
     stack: RunningStack,
     tmp_path: Path,
 ) -> None:
-    out = run(
+    out = run_attached(
         DRILL,
         stack,
         tmp_path,
-        "--prometheus",
-        monitoring.prometheus,
-        "--pager",
-        f"127.0.0.1:{pager_port}",
+        *_watched(monitoring.prometheus, f"127.0.0.1:{pager_port}"),
         "--alertmanager",
         monitoring.alertmanager,
         "--exporter",
@@ -233,9 +230,7 @@ def test_an_alert_the_team_fears_fails_the_detection_checks_named(
     feared.write_text(yaml.safe_dump(rules))
     pager = free_port()
     with _monitoring(stack, tmp_path / "monitoring", pager, [feared]) as running:
-        out = run(
-            DRILL, stack, tmp_path, "--prometheus", running.prometheus, "--pager", f":{pager}"
-        )
+        out = run_attached(DRILL, stack, tmp_path, *_watched(running.prometheus, f":{pager}"))
     journal = _journal(tmp_path)
     results = {c["label"]: c for c in journal["checks"]}
     failed = {label for label, c in results.items() if not c["passed"]}
@@ -257,9 +252,7 @@ def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(text.replace("alert: LLMEngineDown", "alert: LLMEngineGone"))
     pager = free_port()
-    out = run(
-        unknown, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", f":{pager}"
-    )
+    out = run_attached(unknown, stack, tmp_path, *_watched(monitoring.prometheus, f":{pager}"))
     assert out.returncode == 2, out.stderr[-3000:]
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "LLMEngineDown" in t)
     assert (
@@ -268,7 +261,7 @@ def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
     ), out.stderr
     assert "LLMBreakerOpen" in out.stderr
     # alert_paged with no pager to receive the page.
-    out = run(DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus)
+    out = run_attached(DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "check 'alert_paged' judges what reached the harness's pager" in out.stderr
     # A pager address that is taken.
@@ -276,28 +269,17 @@ def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = run(
-            DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", f":{port}"
-        )
+        out = run_attached(DRILL, stack, tmp_path, *_watched(monitoring.prometheus, f":{port}"))
     assert out.returncode == 2, out.stderr[-3000:]
     assert f"the pager cannot listen at 127.0.0.1:{port}" in out.stderr, out.stderr
     # An Alertmanager that does not answer.
     gone = f"http://127.0.0.1:{free_port()}"
-    out = run(
-        DRILL,
-        stack,
-        tmp_path,
-        "--prometheus",
-        monitoring.prometheus,
-        "--pager",
-        f":{free_port()}",
-        "--alertmanager",
-        gone,
-    )
+    watched = _watched(monitoring.prometheus, f":{free_port()}", "--alertmanager", gone)
+    out = run_attached(DRILL, stack, tmp_path, *watched)
     assert out.returncode == 2, out.stderr[-3000:]
     assert f"stack.attach.alertmanager: no Alertmanager answers at {gone}" in out.stderr
     # A pager that is not HOST:PORT.
-    out = run(DRILL, stack, tmp_path, "--prometheus", monitoring.prometheus, "--pager", "nope")
+    out = run_attached(DRILL, stack, tmp_path, *_watched(monitoring.prometheus, "nope"))
     assert out.returncode == 2 and "--pager: 'nope' is not HOST:PORT" in out.stderr, out.stderr
     assert stack.toxics() == []
     assert not list((tmp_path / "runs").glob("*/journal.json"))

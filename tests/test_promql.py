@@ -20,7 +20,7 @@ import yaml
 from drills.common.ports import free_port
 from stack import control
 from stack.provision import ensure_prometheus
-from tests.conftest import RunningStack, drills_cli, isolated_env
+from tests.conftest import RunningStack, run_attached
 from tests.helpers import anchored, drill_account
 
 pytestmark = pytest.mark.stack
@@ -82,22 +82,10 @@ def prometheus(stack: RunningStack, tmp_path_factory: pytest.TempPathFactory) ->
         process.wait(timeout=30)
 
 
-def run(
-    path: Path, stack: RunningStack, tmp_path: Path, *extra: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        drills_cli("run", str(path), *stack.attach_args(), "--out", str(tmp_path / "runs"), *extra),
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        timeout=300,
-    )
-
-
 def test_promql_checks_judge_the_engines_own_metrics_from_prometheus(
     prometheus: str, stack: RunningStack, tmp_path: Path
 ) -> None:
-    out = run(DRILL, stack, tmp_path, "--prometheus", prometheus)
+    out = run_attached(DRILL, stack, tmp_path, "--prometheus", prometheus)
     journal = json.loads(next((tmp_path / "runs").glob("*/journal.json")).read_text())
     results = {c["label"]: c for c in journal["checks"]}
     # Only the check that fails on purpose failed (exit code 1: the drill failed).
@@ -126,7 +114,7 @@ def test_a_query_prometheus_cannot_parse_is_refused_before_anything_is_applied(
     )
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    out = run(bad, stack, tmp_path, "--prometheus", prometheus)
+    out = run_attached(bad, stack, tmp_path, "--prometheus", prometheus)
     assert out.returncode == 2, out.stderr[-3000:]
     line = next(i for i, t in enumerate(text.splitlines(), 1) if 'success_total"' in t)
     assert (
@@ -141,11 +129,11 @@ def test_a_query_prometheus_cannot_parse_is_refused_before_anything_is_applied(
 def test_no_prometheus_or_one_that_does_not_answer_is_refused(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    none = run(DRILL, stack, tmp_path)
+    none = run_attached(DRILL, stack, tmp_path)
     assert none.returncode == 2, none.stderr[-3000:]
     assert "check 'promql' asks the team's Prometheus, and the drill names none" in none.stderr
     gone = f"http://127.0.0.1:{free_port()}"
-    out = run(DRILL, stack, tmp_path, "--prometheus", gone)
+    out = run_attached(DRILL, stack, tmp_path, "--prometheus", gone)
     assert out.returncode == 2, out.stderr[-3000:]
     assert f"stack.attach.prometheus: no Prometheus answers at {gone}" in out.stderr
     assert stack.toxics() == []

@@ -31,8 +31,8 @@ from drills.checks.promql import client_for
 from drills.common.errors import ConfigError
 from drills.common.prometheus import PrometheusQueryError
 from drills.common.redact import redact_url
-from drills.common.yamlsrc import YamlDocument
-from drills.model.check_families import ALERT_TIMED
+from drills.common.yamlsrc import YamlDocument, located
+from drills.model.check_families import ALERT_FAMILIES, ALERT_TIMED
 from drills.model.journal import CheckResult, FaultRecord
 from drills.model.scenario import Check, PrometheusEndpoint, Scenario, expand_env
 
@@ -371,38 +371,34 @@ def _started(stamp: str | None) -> float | None:
 # -- before anything is applied ------------------------------------------------------------
 
 
-def _locate(doc: YamlDocument | None, *path: str | int) -> str:
-    return f"{doc.path}:{doc.line_of(path)} " if doc else ""
-
-
 def has_monitoring(
     scenario: Scenario,
     doc: YamlDocument | None,
     prometheus: PrometheusEndpoint | None,
     pager: str | None,
 ) -> None:
-    """Bad input (exit code 2, before any stack is started) if an alert check has nothing to
-    read: ``alert_paged`` needs a pager, the others a Prometheus."""
+    """Bad input (exit code 2, before any stack is started) if a drill attached to a team's
+    stack has a check with nothing to read: ``alert_paged`` needs a pager, ``promql`` and the
+    other alert checks a Prometheus. (The embedded stack starts its own: no refusal there.)"""
     for i, check in enumerate(scenario.expect):
-        if not check.check.startswith("alert_"):
-            continue
         if check.check == "alert_paged" and pager is None:
-            raise ConfigError(
-                [
-                    f"{_locate(doc, 'expect', i)}expect[{i}]: check 'alert_paged' judges what "
-                    "reached the harness's pager, and the drill runs none: give "
-                    "stack.attach.pager (or --pager HOST:PORT), the address your Alertmanager's "
-                    "webhook receiver sends to"
-                ]
+            needs = (
+                "judges what reached the harness's pager, and the drill runs none: give "
+                "stack.attach.pager (or --pager HOST:PORT), the address your Alertmanager's "
+                "webhook receiver sends to"
             )
-        if check.check != "alert_paged" and prometheus is None:
-            raise ConfigError(
-                [
-                    f"{_locate(doc, 'expect', i)}expect[{i}]: check {check.check!r} reads the "
-                    "team's Prometheus (its ALERTS series), and the drill names none: give "
-                    "stack.attach.prometheus (or --prometheus URL)"
-                ]
+        elif (check.query is not None or check.check in ALERT_FAMILIES) and prometheus is None:
+            series = "" if check.query is not None else " (its ALERTS series)"
+            needs = (
+                f"asks the team's Prometheus{series}, and the drill names none: give "
+                "stack.attach.prometheus (or --prometheus URL), or run it on the embedded "
+                "stack, which starts its own"
             )
+        else:
+            continue
+        raise ConfigError(
+            [f"{located(doc, 'expect', i)}expect[{i}]: check {check.check!r} {needs}"]
+        )
 
 
 def check_alert_rules(
@@ -421,12 +417,12 @@ def check_alert_rules(
         except (httpx.HTTPError, PrometheusQueryError) as exc:
             raise ConfigError(
                 [
-                    f"{_locate(doc, 'stack', 'attach', 'prometheus')}stack.attach.prometheus: "
+                    f"{located(doc, 'stack', 'attach', 'prometheus')}stack.attach.prometheus: "
                     f"the rules of the Prometheus at {where} could not be read: {exc}"
                 ]
             ) from None
     problems = [
-        f"{_locate(doc, 'expect', i, 'alert')}expect[{i}].alert: no alert rule loaded in the "
+        f"{located(doc, 'expect', i, 'alert')}expect[{i}].alert: no alert rule loaded in the "
         f"Prometheus at {where} defines {check.alert!r}; it defines: "
         f"{', '.join(sorted(defined)) or 'none'}"
         for i, check in named
@@ -450,7 +446,7 @@ def check_alertmanager(doc: YamlDocument | None, alertmanager: PrometheusEndpoin
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
             [
-                f"{_locate(doc, 'stack', 'attach', 'alertmanager')}stack.attach.alertmanager: "
+                f"{located(doc, 'stack', 'attach', 'alertmanager')}stack.attach.alertmanager: "
                 f"no Alertmanager answers at {where}/api/v2/status: "
                 f"{exc if not isinstance(exc, KeyError) else 'not an Alertmanager status'}"
             ]

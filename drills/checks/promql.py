@@ -17,11 +17,11 @@ from drills.checks.base import Evaluation, expected_text, increase_of, result, w
 from drills.common.errors import ConfigError
 from drills.common.prometheus import PrometheusAPI, PrometheusQueryError
 from drills.common.redact import redact_url
-from drills.common.yamlsrc import YamlDocument
+from drills.common.yamlsrc import YamlDocument, located
 from drills.model.journal import CheckResult
 from drills.model.scenario import Check, PrometheusEndpoint, Scenario, expand_env
 
-__all__ = ["check_promql", "check_queries", "client_for", "has_prometheus"]
+__all__ = ["check_promql", "check_queries", "client_for"]
 
 
 def client_for(endpoint: PrometheusEndpoint) -> PrometheusAPI:
@@ -89,33 +89,12 @@ def _aggregate(agg: str, series: list[tuple[dict[str, str], list[tuple[float, fl
     return sum(values) / len(values)
 
 
-def _locate(doc: YamlDocument | None, *path: str | int) -> str:
-    return f"{doc.path}:{doc.line_of(path)} " if doc else ""
-
-
-def has_prometheus(
-    scenario: Scenario, doc: YamlDocument | None, prometheus: PrometheusEndpoint | None
-) -> None:
-    """Bad input (exit code 2, before any stack is started) if a drill attached to a team's
-    stack has a ``promql`` check and names no Prometheus to ask."""
-    found = [i for i, c in enumerate(scenario.expect) if c.query is not None]
-    if found and prometheus is None:
-        raise ConfigError(
-            [
-                f"{_locate(doc, 'expect', found[0])}expect[{found[0]}]: check 'promql' asks the "
-                "team's Prometheus, and the drill names none: give stack.attach.prometheus "
-                "(or --prometheus URL), or run it on the embedded stack, which starts its own"
-            ]
-        )
-
-
 def check_queries(
     scenario: Scenario, doc: YamlDocument | None, prometheus: PrometheusEndpoint | None
 ) -> None:
     """Before anything is applied: the drill's ``promql`` checks have a Prometheus to ask, it
     answers, and it parses each of their queries (an instant query now); otherwise bad input
     (exit code 2), located at the check, with Prometheus's own message."""
-    has_prometheus(scenario, doc, prometheus)
     found = [(i, c) for i, c in enumerate(scenario.expect) if c.query is not None]
     if not found or prometheus is None:
         return
@@ -127,12 +106,12 @@ def check_queries(
         except (httpx.HTTPError, PrometheusQueryError) as exc:
             raise ConfigError(
                 [
-                    f"{_locate(doc, 'stack', 'attach', 'prometheus')}stack.attach.prometheus: "
+                    f"{located(doc, 'stack', 'attach', 'prometheus')}stack.attach.prometheus: "
                     f"no Prometheus answers at {where}: {exc}"
                 ]
             ) from None
         for i, check in found:
-            at = _locate(doc, "expect", i, "query")
+            at = located(doc, "expect", i, "query")
             try:
                 client.query(str(check.query))
             except PrometheusQueryError as exc:

@@ -17,7 +17,15 @@ from pydantic import BaseModel, ValidationError
 
 from drills.common.errors import ConfigError
 
-__all__ = ["Located", "YamlDocument", "format_path", "load_model", "load_yaml", "parse_model"]
+__all__ = [
+    "Located",
+    "YamlDocument",
+    "format_path",
+    "load_model",
+    "load_yaml",
+    "located",
+    "parse_model",
+]
 
 Path_ = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -174,6 +182,12 @@ def load_yaml(path: Path | str) -> YamlDocument:
     if node is not None:
         _index_lines(node, (), lines)
     return YamlDocument(path=path, data=data, lines=lines)
+
+
+def located(doc: YamlDocument | None, *loc: str | int) -> str:
+    """``FILE:LINE `` of ``loc`` in ``doc`` (the start of an error message), or nothing when
+    there is no file (a scenario built in code)."""
+    return f"{doc.path}:{doc.line_of(loc)} " if doc else ""
 
 
 def format_path(loc: Iterable[str | int]) -> str:

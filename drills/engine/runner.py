@@ -35,7 +35,7 @@ from drills.checks.alerts import (
 )
 from drills.checks.detection import alert_history, detection_matrix
 from drills.checks.observed import attribute
-from drills.checks.promql import check_queries, has_prometheus
+from drills.checks.promql import check_queries
 from drills.common.errors import (
     ConfigError,
     HopError,
@@ -201,7 +201,6 @@ class Runner:
         # Before any stack is started: on a team's stack, promql and alert checks need the
         # team's Prometheus (or pager); the embedded stack starts its own (``_run``).
         if attached is not None:
-            has_prometheus(scenario, self.doc, attached.prometheus)
             has_monitoring(scenario, self.doc, attached.prometheus, attached.pager)
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
