@@ -166,18 +166,21 @@ class ToolSaturate:
             self.helper.stdin.write(b"go\n")
             self.helper.stdin.flush()
         flooding = self._expect("flooding")
-        # Read back from the tool server that its pool is full.
+        # Read back from the tool server that the flood's calls run and its pool is in use. The
+        # server counts a call as waiting before it takes a slot: a reading taken as the calls
+        # arrive can show them all waiting and none running yet, so wait for one to run.
         gauges: dict[str, float] = {}
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             gauges = _gauges(self.base, self.target)
-            if gauges["inflight"] + gauges["waiting"] >= min(flooding.get("active", 2), 2):
+            arrived = gauges["inflight"] + gauges["waiting"]
+            if gauges["inflight"] >= 1 and arrived >= min(flooding.get("active", 2), 2):
                 break
             time.sleep(0.1)
         else:
             self.revert()
             raise InputError(
-                f"tool.saturate on {self.target}: the tool server shows no calls in flight "
+                f"tool.saturate on {self.target}: the tool server shows no call running "
                 f"({gauges}) {READY_TIMEOUT:g}s after the flood started"
             )
         return {
