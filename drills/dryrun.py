@@ -108,7 +108,8 @@ def dry_run(
             cannot_run.append(hit["cannot_run"])
     offset, phases = 0.0, []
     for phase in scenario.phases:
-        phases.append({"name": phase.name, "from": offset, "to": offset + phase.duration})
+        window = {"name": phase.name, "from": offset, "to": offset + phase.duration}
+        phases.append({**window, "until": phase.until})
         offset += phase.duration
     return {
         "drill": scenario.drill,
@@ -203,7 +204,10 @@ def describe(plan: dict[str, Any]) -> list[str]:
     lines.append(_load_line(plan["load"]))
     lines.append("  timeline:")
     for phase in plan["phases"]:
-        lines.append(f"    {d(phase['from']):>6} - {d(phase['to']):<6} phase {phase['name']}")
+        until = " (or once every killed target is replaced)" if phase.get("until") else ""
+        lines.append(
+            f"    {d(phase['from']):>6} - {d(phase['to']):<6} phase {phase['name']}{until}"
+        )
         for fault in plan["faults"]:
             if fault["phase"] != phase["name"]:
                 continue

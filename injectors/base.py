@@ -8,6 +8,7 @@ An injector applies one fault and takes it away again. The runner builds one per
     apply()          at the fault's offset
     revert()         at the end of its window, and on every way out of the run
     observe()        optional (``Observer``): after the run, how the target recovered
+    replaced_at()    optional (``Recovers``): during the run, whether the target is back
 
 The contract, for built-in and third-party injectors alike:
 
@@ -28,6 +29,10 @@ The contract, for built-in and third-party injectors alike:
     ``SafetyViolation``) to refuse the drill before any fault is applied.
 ``observe() -> dict`` (``Observer``)
     After the run: the killed target's replacement, when it was ready (``ready_at``), ...
+``replaced_at() -> float | None`` (``Recovers``)
+    During the run, cheaply and as often as once a second: when every target the fault hit had
+    a replacement ready (epoch seconds), ``None`` until then. A phase with ``until: replaced``
+    ends at that moment instead of at its full duration.
 
 Evidence keys the runner reads (``Evidence``): ``applied_at`` (epoch seconds when the fault
 was seen in place); in a revert outcome, ``finished_at`` and ``method`` (what was done, for a
@@ -64,6 +69,7 @@ __all__ = [
     "Observer",
     "Preflight",
     "Prepares",
+    "Recovers",
     "RevertOutcome",
     "build",
     "factory_for",
@@ -151,6 +157,15 @@ class Observer(Protocol):
     a killed process, when it was ready again)."""
 
     def observe(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Recovers(Protocol):
+    """An injector that can say during the run when its target was back: every killed target
+    replaced and ready (``None`` until then). Read about once a second by a phase with
+    ``until: replaced``; it must not disturb what ``observe`` reads later."""
+
+    def replaced_at(self) -> float | None: ...
 
 
 Factory = Callable[[Any, InjectionContext, int], Injector]

@@ -242,6 +242,34 @@ class DockerInjector:
         ]
         return float(healthy[0]) if healthy else None
 
+    def replaced_at(self) -> float | None:
+        """During the run, from the live health watch alone (no call to the daemon): when
+        every killed container was healthy again, restarted in place (its own id) or replaced
+        (another container of the selection). ``None`` until then, and always for a container
+        without a health check or when the watch could not be opened: the phase then runs its
+        full duration."""
+        if self.applied_at is None or not self._watches or not self.victims:
+            return None
+        since = self.applied_at
+        seen: dict[str, float] = {}
+        for cid, times in list(self.healthy.items()):
+            after = [t for t in times if t >= since]
+            if after:
+                seen[cid] = min(after)
+        readies: list[float] = []
+        others = sorted(
+            t for cid, t in seen.items() if not any(cid.startswith(v["id"]) for v in self.victims)
+        )
+        for victim in self.victims:
+            own = [t for cid, t in seen.items() if cid.startswith(victim["id"])]
+            if own:
+                readies.append(min(own))
+            elif others:
+                readies.append(others.pop(0))
+            else:
+                return None
+        return max(readies)
+
     def observe(self) -> dict[str, Any]:
         """How each hit container came back: restarted in place, or replaced by a new one."""
         if self.applied_at is None:

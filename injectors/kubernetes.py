@@ -333,6 +333,22 @@ class KubernetesInjector:
     def revert(self) -> dict[str, Any]:
         return {**revert_entry(self.ledger_entry()), "finished_at": time.time()}
 
+    def replaced_at(self) -> float | None:
+        """During the run, from the live watch alone: when as many new pods of the selection
+        as were deleted had been seen Ready (the last of them). ``None`` until then, for other
+        kinds, and when the watch could not be opened (the phase then runs its full duration)."""
+        if self.kind != "kubernetes.delete_pod" or self.applied_at is None or self.watch is None:
+            return None
+        since = self.applied_at - 1
+        readies = sorted(
+            e["watched_ready_at"]
+            for e in list(self.watch.seen.values())
+            if e.get("watched_ready_at") and (e.get("created_at") or 0) >= since
+        )
+        if not self.victims or len(readies) < len(self.victims):
+            return None
+        return float(readies[len(self.victims) - 1])
+
     def observe(self) -> dict[str, Any]:
         """Each deleted pod's replacement: a new pod of the same selection, and when it became
         Ready: the moment the watch saw it (sub-second), with the API server's own

@@ -177,6 +177,14 @@ class ProcessInjector:
             "exits": [e.reason for e in events if e.event == "exited"],
         }
 
+    def replaced_at(self) -> float | None:
+        """A killed component: when its replacement (a new pid) was healthy, from the
+        supervisor's events so far; a frozen one is never replaced (``None``)."""
+        if self.kind != "process.kill":
+            return None
+        ready = self.observe().get("ready_at")
+        return float(ready) if ready is not None else None
+
 
 def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Thaw a frozen process group; harmless when it is gone, thawed, or its pid was reused."""

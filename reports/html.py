@@ -56,7 +56,10 @@ def _frame(journal: Journal, duration: float, height: int) -> list[str]:
             f'<rect x="{x1:.1f}" y="10" width="{max(x2 - x1, 0):.1f}" '
             f'height="{height - 30}" fill="{PHASE_FILL[i % len(PHASE_FILL)]}"/>'
         )
-        parts.append(f'<text x="{x1 + 3:.1f}" y="22">{escape(phase.name)}</text>')
+        label = phase.name
+        if phase.planned_end is not None:  # until: replaced
+            label += f" (replaced: {phase.planned_end - phase.end:.0f}s early)"
+        parts.append(f'<text x="{x1 + 3:.1f}" y="22">{escape(label)}</text>')
     for fault in journal.faults:
         if fault.applied_at is None:
             continue

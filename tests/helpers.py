@@ -38,7 +38,31 @@ def anchored(text: str, origin: Path) -> str:
             return match.group(0)
         return f"{key}{(origin / value).resolve()}"
 
-    return re.sub(r"((?:runbook|prompts): ?)([A-Za-z0-9_.][^\s,}\]'\"]*)", absolute, text)
+    return re.sub(r"((?:runbook|prompts|litellm): ?)([A-Za-z0-9_.][^\s,}\]'\"]*)", absolute, text)
+
+
+def shortened(source: Path, out: Path, **durations: str) -> Path:
+    """A shipped drill with some of its phases shortened for the test suite, written to
+    ``out/sized/``: the same name, load, faults, checks, twins and abort conditions; only the
+    phases named in ``durations`` (``baseline="10s"``) last less. A copy made from the shipped
+    file rather than kept by hand, so that the tests always judge the drill that ships.
+
+    Only phases around the fault are shortened, never to less than a bound that needs their
+    length (a ``recovered_within`` needs a recovery phase at least as long as its bound)."""
+    import yaml
+
+    data = yaml.safe_load(anchored(source.read_text(), source.parent))
+    phases = {p["name"]: p for p in data["phases"]}
+    for name, duration in durations.items():
+        if name not in phases:
+            raise KeyError(f"{source.name} has no phase {name!r}: {sorted(phases)}")
+        if phases[name].get("inject"):
+            raise ValueError(f"{source.name}: phase {name!r} injects faults; keep its length")
+        phases[name]["duration"] = duration
+    path = out / "sized" / source.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 @contextmanager
@@ -186,3 +210,18 @@ def twin_account(journal: dict[str, Any]) -> str:
         verdict = "pass" if check["passed"] else "FAIL"
         lines.append(f"  {verdict} {check['label']}: {check.get('reason')}")
     return "\n".join(lines)
+
+
+def assert_ended_at_replacement(journal: dict[str, Any], ready_at: float) -> None:
+    """The journal's fault phase (``until: replaced``) ended at the first tick after
+    ``ready_at``, before its planned end; the phase after it moved up with it."""
+    names = [p["name"] for p in journal["phases"]]
+    phases = {p["name"]: p for p in journal["phases"]}
+    fault = phases["fault"]
+    assert fault["planned_end"] is not None, fault
+    assert ready_at <= fault["end"] <= ready_at + 1.5, (fault, ready_at)
+    assert fault["end"] < fault["planned_end"]
+    following = phases[names[names.index("fault") + 1]]
+    assert abs(following["start"] - fault["end"]) < 0.01, (fault, following)
+    ended = [e for e in journal["timeline"] if e["event"] == "phase_end" and e["phase"] == "fault"]
+    assert ended and ended[0]["until"] == "replaced" and ended[0]["cut_s"] > 0, ended

@@ -21,7 +21,7 @@ from stack import control
 from stack.config import load_stack_config
 from tests.conftest import drills_cli, isolated_env, relocated_profile
 from tests.docker_env import DockerEnv
-from tests.helpers import drill_account, twin_account
+from tests.helpers import assert_ended_at_replacement, drill_account, twin_account
 
 pytestmark = [pytest.mark.docker, pytest.mark.stack]
 
@@ -84,6 +84,8 @@ def test_pod_loss_drill_docker_variant(
     (back,) = kill["after"]["containers"]
     assert back["restart_count"] == 1 and back["replacement"].startswith(container["Id"][:12])
     assert kill["applied_at"] < back["replacement_started_at"] < back["ready_at"]
+    # until: replaced: the fault phase ended once Docker's health events showed it healthy.
+    assert_ended_at_replacement(journal, kill["after"]["ready_at"])
     # The supervisor saw Docker replace it, and recorded it like any restart.
     assert docker_env.client.inspect(container["Id"])["RestartCount"] == 1
 
@@ -124,6 +126,7 @@ def test_pod_loss_docker_twin_fails_as_declared(
     (kill,) = journal["faults"]
     (back,) = kill["after"]["containers"]
     assert back["restart_count"] >= 1 and back["ready_at"]
+    assert_ended_at_replacement(journal, kill["after"]["ready_at"])
     # --stop-stack: the drill's own stack, which the twin's gateway ran beside, is stopped
     # after the twin (it was left up), and nothing of it is left.
     assert "stack 'sound-docker': stopped (--stop-stack)" in result.stderr, result.stderr[-2000:]

@@ -27,7 +27,7 @@ from drills.model.scenario import KubernetesFault, load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env, run_drill
-from tests.helpers import anchored, drill_account, twin_account
+from tests.helpers import anchored, assert_ended_at_replacement, drill_account, twin_account
 from tests.kube_env import MANIFESTS, READER_TOKEN, READY_DELAY, TWIN_MANIFEST, Kube
 
 pytestmark = pytest.mark.kubernetes
@@ -457,6 +457,8 @@ def test_a_drill_deletes_the_pod_and_measures_its_replacement(
     assert fault["after"]["ready_seen_by"] == "watch"
     (ready,) = [c for c in journal["checks"] if c["check"] == "replacement_ready_within"]
     assert ready["observed"] >= READY_DELAY  # the model-load delay is measured, not skipped
+    # until: replaced: the fault phase ended once the watch saw the replacement Ready.
+    assert_ended_at_replacement(journal, fault["after"]["ready_at"])
     kube.wait_ready("app=vllm", 2)
 
     (tmp_path / "token").write_text(READER_TOKEN)
@@ -509,6 +511,9 @@ def test_the_drill_fails_on_its_twin_where_nothing_replaces_the_pod(
         (deleted,) = fault["evidence"]["deleted"]
         assert deleted["uid"] == victim["metadata"]["uid"] and deleted["owner"] is None
         assert fault["after"]["replacements"] == [] and fault["after"]["ready_at"] is None
+        # Nothing came back: the phase that waits for a replacement ran its full 10 s.
+        phase = next(p for p in journal["phases"] if p["name"] == "fault")
+        assert phase["planned_end"] is None and phase["end"] - phase["start"] >= 9.99
         (check,) = [c for c in journal["checks"] if not c["passed"]]
         assert "no controller owned it" in check["reason"], check
         # The sound stack's pods were not touched.

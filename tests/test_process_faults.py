@@ -23,7 +23,7 @@ from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
 from tests.conftest import RunningStack, run_twin
-from tests.helpers import drill_account, twin_account
+from tests.helpers import assert_ended_at_replacement, drill_account, twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
 POD_LOSS = ROOT / "tests" / "scenarios" / "short-pod-loss.yaml"
@@ -159,6 +159,9 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
     assert checks["requests_lost vllm-0"]["samples"] > 5
     ready = checks["replacement_ready_within vllm-0"]["observed"]
     assert 5 < ready < 100
+    # until: replaced: the fault phase ended once the supervisor reported the replacement
+    # healthy, not at its 100 s.
+    assert_ended_at_replacement(journal, after["ready_at"])
 
 
 @pytest.mark.stack
@@ -176,3 +179,4 @@ def test_pod_loss_drill_on_its_single_replica_twin_fails_exactly_the_checks_it_n
     assert checks["requests_lost vllm-0"]["observed"] >= 5
     # The replacement itself came up: what failed is the stack carrying on without it.
     assert checks["replacement_ready_within vllm-0"]["passed"]
+    assert_ended_at_replacement(journal, journal["faults"][0]["after"]["ready_at"])

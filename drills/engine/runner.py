@@ -51,6 +51,7 @@ from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument, format_path
 from drills.engine.chain import ChainState, differences, read_chain
 from drills.engine.claims import run_claims
+from drills.engine.clock import PhaseClock, replaced_at
 from drills.engine.events import RunEvent
 from drills.engine.exporter import DrillExporter
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
@@ -136,6 +137,7 @@ class Runner:
         self.timeline: list[dict[str, Any]] = []
         self.lifecycle: FaultLifecycle | None = None
         self.t0 = 0.0
+        self.clock = PhaseClock.of(scenario.phases)
         self._stop_reason: str | None = None
         self.policy = options.safety or SafetyPolicy()
         self.retrieval_status: dict[str, Any] | None = None
@@ -429,9 +431,11 @@ class Runner:
                         load.wait_started()
                     self.t0 = time.time()
                     load.mark_origin(self.t0)
-                    for name, (start, end) in self._phase_offsets().items():
-                        outcome.phases[name] = (self.t0 + start, self.t0 + end)
-                    outcome.abort = self._timeline(faults, lifecycle, reader, outcome.live)
+                    outcome.phases = self._windows()
+                    try:
+                        outcome.abort = self._timeline(faults, lifecycle, reader, outcome.live)
+                    finally:  # as they were run: a phase may have ended early
+                        outcome.phases = self._windows()
                     if outcome.abort is not None:
                         outcome.status = RunStatus.ABORTED
             except Interrupted as exc:
@@ -517,7 +521,7 @@ class Runner:
             scenario_path=str(self.doc.path) if self.doc else None,
             scenario=scenario.model_dump(mode="json", by_alias=True),
             stack=endpoints.info(),
-            phases=[PhaseWindow(name=n, start=s, end=e) for n, (s, e) in ev.phases.items()],
+            phases=self._phase_windows(ev),
             timeline=[TimelineEvent.model_validate(e) for e in self.timeline],
             faults=ev.faults,
             aborted=outcome.abort,
@@ -543,6 +547,16 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _phase_windows(self, ev: Evaluation) -> list[PhaseWindow]:
+        """Each phase as it ran; one that ended early (``until``) with its planned end."""
+        planned = {
+            n: self.t0 + e for n, (_, e) in self.clock.planned.items() if n in self.clock.cut
+        }
+        return [
+            PhaseWindow(name=n, start=s, end=e, planned_end=planned.get(n))
+            for n, (s, e) in ev.phases.items()
+        ]
 
     def _rollbacks(self, swept: list[dict[str, Any]]) -> Rollbacks:
         """What was undone, by whom, and what was left or differs after the drill."""
@@ -776,12 +790,28 @@ class Runner:
             )
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
 
-    def _phase_offsets(self) -> dict[str, tuple[float, float]]:
-        result, offset = {}, 0.0
-        for phase in self.scenario.phases:
-            result[phase.name] = (offset, offset + phase.duration)
-            offset += phase.duration
-        return result
+    def _windows(self) -> dict[str, tuple[float, float]]:
+        """Each phase's window in epoch seconds, as the clock has it now."""
+        return {n: (self.t0 + s, self.t0 + e) for n, (s, e) in self.clock.windows.items()}
+
+    def _phase_end(self, name: str) -> None:
+        cut = self.clock.cut.get(name)
+        detail = {"until": "replaced", "cut_s": round(cut, 2)} if cut else {}
+        self._event("phase_end", phase=name, **detail)
+
+    def _until(self, name: str, now: float, faults: list[FaultRun]) -> None:
+        """End phase ``name`` now if it waits for its kills' replacements and they are back."""
+        phase = next(p for p in self.scenario.phases if p.name == name)
+        ready = replaced_at(phase, faults)
+        if ready is None:
+            return
+        cut = self.clock.end_early(name, now, faults)
+        if cut:
+            planned = self.clock.planned[name][1] - self.clock.planned[name][0]
+            self._say(
+                f"[{name}] every killed target replaced at +{ready - self.t0:.1f}s: the phase "
+                f"ends {cut:.0f}s before its {planned:g}s"
+            )
 
     def _timeline(
         self,
@@ -790,20 +820,19 @@ class Runner:
         reader: RecordReader,
         live: list[Record],
     ) -> dict[str, Any] | None:
-        offsets = self._phase_offsets()
-        total = self.scenario.duration
+        clock = self.clock
         current: str | None = None
         last_tick = 0.0
         while True:
             now = time.time() - self.t0
-            if now >= total:
+            if now >= clock.total:
                 if current:
-                    self._event("phase_end", phase=current)
+                    self._phase_end(current)
                 return None
-            phase = next(n for n, (s, e) in offsets.items() if s <= now < e)
+            phase = clock.phase_at(now)
             if phase != current:
                 if current:
-                    self._event("phase_end", phase=current)
+                    self._phase_end(current)
                 self._event("phase_start", phase=phase)
                 current = phase
             # Windows that end now are reverted before those that begin now are applied: a
@@ -831,7 +860,8 @@ class Runner:
             if now - last_tick >= 1.0:
                 last_tick = now
                 live.extend(reader.read_new())
-                self._progress(phase, now, offsets[phase], live)
+                self._until(phase, now, faults)
+                self._progress(phase, now, clock.windows[phase], live)
                 abort = self._check_abort(live)
                 if abort is not None:
                     self._event("aborted", **abort)
@@ -840,7 +870,7 @@ class Runner:
             upcoming += [
                 f.end for f in faults if f.applied_at is not None and f.reverted_at is None
             ]
-            upcoming += [min(total, last_tick + 1.0)]
+            upcoming += [min(clock.total, last_tick + 1.0)]
             time.sleep(min(max(min(upcoming) - (time.time() - self.t0), 0.001), 0.05))
 
     def _progress(

@@ -85,6 +85,8 @@ class PhaseWindow(_Model):
     name: str
     start: float
     end: float
+    planned_end: float | None = None
+    """Set when the phase ended early (``until: replaced``): when it would have ended."""
 
 
 class TimelineEvent(BaseModel):

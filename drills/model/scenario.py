@@ -61,6 +61,7 @@ from drills.model.references import scenario_references
 __all__ = [
     "BUILTIN_FAULTS",
     "HOP_FAULTS",
+    "REPLACED_KINDS",
     "AbortCondition",
     "Attach",
     "Check",
@@ -81,6 +82,7 @@ __all__ = [
     "fault_models",
     "load_scenario",
     "scenario_schema",
+    "waits_for_replacement",
 ]
 
 Loc = tuple[str | int, ...]
@@ -293,6 +295,18 @@ class ProcessFreezeFault(FaultSpec):
 
 PROCESS_KINDS = ("process.kill", "process.freeze")
 KILL_KINDS = ("process.kill", "docker.kill", "docker.stop", "kubernetes.delete_pod")
+REPLACED_KINDS = ("process.kill", "docker.kill", "docker.restart", "kubernetes.delete_pod")
+"""The built-in kinds whose injectors say during the run when their target is back
+(``Recovers``), as a phase with ``until: replaced`` needs (a plugin's kind may too)."""
+BUILTIN_FAMILIES = ("toxiproxy", "hop", "process", "docker", "kubernetes", "gpu", "tool")
+
+
+def waits_for_replacement(kind: str) -> bool:
+    """Whether a phase with ``until: replaced`` waits for a fault of ``kind``: a built-in kill,
+    or a plugin's kind (whose injector says whether it can tell, ``Recovers``)."""
+    return kind in REPLACED_KINDS or kind.split(".")[0] not in BUILTIN_FAMILIES
+
+
 """Faults whose target is replaced by the orchestrator (``replacement_ready_within``)."""
 
 
@@ -723,8 +737,14 @@ class FallbackRule(_Model):
 class Phase(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")
     duration: Duration
+    """How long the phase lasts; with ``until``, the most it lasts."""
     inject: list[Fault] = Field(default_factory=list)
     note: str = ""
+    until: Literal["replaced"] | None = None
+    """``replaced``: the phase ends once every target its kill faults hit has a replacement
+    ready (read live, about once a second: the supervisor's events, Docker's health events, the
+    pods' watch), at most ``duration`` after it began; the phases after it move up. A game
+    day does not sit out the rest of a window sized for the slowest restart."""
 
 
 def bound_value(value: float | str | None) -> float | None:
@@ -1267,6 +1287,15 @@ class Scenario(_Model):
                 yield ("phases", i, "name"), "phase names must be unique", phase.name
             if phase.duration <= 0:
                 yield ("phases", i, "duration"), "a phase must last longer than 0s", phase.duration
+            if phase.until == "replaced" and not any(
+                waits_for_replacement(f.kind) for f in phase.inject
+            ):
+                yield (
+                    ("phases", i, "until"),
+                    "the phase injects no kill fault whose replacement it could wait for; "
+                    f"'until: replaced' needs one of: {', '.join(REPLACED_KINDS)}",
+                    phase.until,
+                )
             for j, fault in enumerate(phase.inject):
                 if fault.at >= phase.duration:
                     yield (
