@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RunningStack, gate_drill_and_twin
+from tests.helpers import shortened
 
 pytestmark = pytest.mark.stack
 
@@ -24,7 +25,13 @@ DRILL = ROOT / "scenarios" / "agent-resume.yaml"
 def test_tasks_resume_without_repeating_their_message_and_the_twin_repeats_it(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    drill, twin = gate_drill_and_twin(DRILL, stack, tmp_path, "--profile", str(stack.config_path))
+    drill, twin = gate_drill_and_twin(
+        shortened(DRILL, tmp_path, baseline="8s", recovery="10s"),
+        stack,
+        tmp_path,
+        "--profile",
+        str(stack.config_path),
+    )
     checks = {c["label"]: c for c in drill["checks"]}
     # The three kills landed and the supervisor replaced the gateway each time.
     kills = [f for f in drill["faults"] if f["kind"] == "process.kill"]

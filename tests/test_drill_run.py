@@ -26,13 +26,19 @@ from drills.engine.runner import Runner
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import InjectionContext, register
 from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
-from tests.helpers import drill_account
+from tests.helpers import drill_account, shortened
 
 pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = ROOT / "tests" / "scenarios" / "short-latency.yaml"
 SHIPPED = ROOT / "scenarios" / "inference-latency.yaml"
+
+
+def sized_latency(tmp_path: Path) -> Path:
+    """The shipped latency drill with the test suite's shorter calm phases: 10 s of baseline
+    are 10-20 answers at 2 users; the recovery keeps the 20 s its recovered_within needs."""
+    return shortened(SHIPPED, tmp_path, baseline="10s", recovery="20s")
 
 
 def toxiproxy_url(stack: RunningStack) -> str:
@@ -75,7 +81,7 @@ def by_label(journal: dict) -> dict[str, dict]:
 def test_shipped_latency_drill_passes_on_the_sound_stack(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    journal = run(SHIPPED, stack.gateway_url, stack, tmp_path)
+    journal = run(sized_latency(tmp_path), stack.gateway_url, stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     assert journal["status"] == "completed"
     # Evidence that each fault landed, read back from Toxiproxy, and that each was reverted.
@@ -105,7 +111,7 @@ def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_n
     stack: RunningStack, tmp_path: Path
 ) -> None:
     before = supervisor_pid(stack)
-    result, [journal] = run_twin(SHIPPED, stack, tmp_path)
+    result, [journal] = run_twin(sized_latency(tmp_path), stack, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     twin = journal["twin"]
     assert twin["held"] and twin["name"] == "unsound", twin

@@ -14,6 +14,7 @@ import pytest
 
 from stack.config import load_stack_config
 from tests.conftest import RunningStack, gate_drill_and_twin
+from tests.helpers import shortened
 
 pytestmark = pytest.mark.stack
 
@@ -25,7 +26,13 @@ UNBOUNDED = ROOT / "stack" / "profiles" / "unbounded-waits.yaml"
 def test_a_stalled_dependency_is_waited_out_and_its_twin_freezes_until_the_abort(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    drill, twin = gate_drill_and_twin(DRILL, stack, tmp_path, "--profile", str(stack.config_path))
+    drill, twin = gate_drill_and_twin(
+        shortened(DRILL, tmp_path, baseline="8s", after="10s"),
+        stack,
+        tmp_path,
+        "--profile",
+        str(stack.config_path),
+    )
     checks = {c["label"]: c for c in drill["checks"]}
     fault = [r for r in drill["records"] if r["phase"] == "fault"]
     briefs = [r for r in fault if r["workflow"] == "brief"]

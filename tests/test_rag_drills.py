@@ -11,7 +11,7 @@ from drills.engine.options import RunOptions
 from drills.engine.runner import Runner
 from drills.model.scenario import Attach, load_scenario
 from tests.conftest import RunningStack, run_twin
-from tests.helpers import drill_account, twin_account
+from tests.helpers import drill_account, shortened, twin_account
 
 pytestmark = pytest.mark.stack
 
@@ -21,6 +21,12 @@ TOOL_SATURATION = ROOT / "scenarios" / "tool-saturation.yaml"
 # What each twin names: exactly these checks must fail on it.
 VECTOR_DB_TWIN_FAILS = set(load_scenario(VECTOR_DB_OUTAGE)[0].twin("unsound").must_fail)
 TOOL_TWIN_FAILS = set(load_scenario(TOOL_SATURATION)[0].twin("unsound").must_fail)
+
+
+def sized(drill: Path, tmp_path: Path) -> Path:
+    """A shipped drill with the test suite's shorter calm phases (its fault keeps its 30 s):
+    10 s of baseline, and the 20 s of recovery its recovered_within needs."""
+    return shortened(drill, tmp_path, baseline="10s", recovery="20s")
 
 
 def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
@@ -55,7 +61,7 @@ def verdicts(journal: dict) -> dict[str, dict]:
 
 
 def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
-    journal = run(VECTOR_DB_OUTAGE, stack.gateway_url, stack, tmp_path)
+    journal = run(sized(VECTOR_DB_OUTAGE, tmp_path), stack.gateway_url, stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     checks = verdicts(journal)
     assert checks["missing_context_share during fault"]["observed"] >= 0.9
@@ -74,7 +80,7 @@ def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_pa
 def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    result, [journal] = run_twin(VECTOR_DB_OUTAGE, stack, tmp_path)
+    result, [journal] = run_twin(sized(VECTOR_DB_OUTAGE, tmp_path), stack, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert journal["twin"]["held"], twin_account(journal)
     checks = verdicts(journal)
@@ -87,7 +93,7 @@ def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
 
 
 def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
-    journal = run(TOOL_SATURATION, stack.gateway_url, stack, tmp_path)
+    journal = run(sized(TOOL_SATURATION, tmp_path), stack.gateway_url, stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     fault = journal["faults"][0]
     assert fault["kind"] == "tool.saturate"
@@ -101,7 +107,7 @@ def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_pat
 def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    result, [journal] = run_twin(TOOL_SATURATION, stack, tmp_path)
+    result, [journal] = run_twin(sized(TOOL_SATURATION, tmp_path), stack, tmp_path)
     # How long the flood's calls queued (latency p50): the twin can only fail when an agent's
     # call waits past its 2 s attempt, so a failure shows the depth the flood reached.
     # (queue_wait sizes it to the tool server's measured speed: faults[].preflight.prepared)

@@ -332,7 +332,7 @@ def test_litellm_twins_belong_to_attached_drills_and_their_config_must_exist(
     # On a drill that attaches, the config is read before anything starts.
     origin = SCENARIOS / "litellm" / "latency-one-replica.yaml"
     text = anchored(origin.read_text(), origin.parent).replace(
-        "../../stack/litellm/unsound.yaml", "nosuch.yaml"
+        str(ROOT / "stack" / "litellm" / "unsound.yaml"), "nosuch.yaml"
     )
     attached = tmp_path / "attached.yaml"
     attached.write_text(text)
