@@ -8,10 +8,28 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from drills.common.stats import percentile
-from drills.model.journal import Journal, LoadReport
+from drills.model.journal import CheckResult, Journal, LoadReport
 from drills.model.references import check_link
 
-__all__ = ["fmt_seconds", "load_lines", "page_rows", "runbook_link", "series", "windows"]
+__all__ = [
+    "fmt_seconds",
+    "interval_text",
+    "load_lines",
+    "page_rows",
+    "runbook_link",
+    "series",
+    "windows",
+]
+
+
+def interval_text(check: CheckResult) -> str:
+    """A share's confidence interval for a person ("" when the check has none), and whether
+    another run could turn the verdict."""
+    if check.interval is None:
+        return ""
+    low, high = check.interval
+    text = f"95% CI {low:.3f}-{high:.3f}, n={check.samples}"
+    return text if check.conclusive else f"{text}: not conclusive, too few requests to be sure"
 
 
 def runbook_link(journal: Journal, runbook: str | None, out_dir: Path) -> str | None:

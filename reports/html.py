@@ -16,7 +16,15 @@ from markupsafe import Markup
 
 from drills.model.journal import Journal
 from drills.model.records import Record
-from reports.common import fmt_seconds, load_lines, page_rows, runbook_link, series, windows
+from reports.common import (
+    fmt_seconds,
+    interval_text,
+    load_lines,
+    page_rows,
+    runbook_link,
+    series,
+    windows,
+)
 
 __all__ = ["render_html"]
 
@@ -35,7 +43,7 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{border:1px solid #d0d7de;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa} tr.fail td{background:#ffebe9}
 .pass{color:#1a7f37;font-weight:600} .fail{color:#cf222e;font-weight:700}
-.muted{color:#57606a;font-size:.85rem}
+.muted{color:#57606a;font-size:.85rem} .inconclusive{color:#9a6700;font-size:.85rem}
 .disagrees{color:#9a6700;background:#fff8c5}
 pre{background:#f6f8fa;padding:.5rem;overflow-x:auto;font-size:.8rem;max-height:16rem}
 svg text{font-size:11px;fill:#57606a} .legend span{margin-right:1rem;font-size:.85rem}
@@ -209,6 +217,18 @@ def _samples(journal: Journal, per_kind: int = 4) -> list[Record]:
     return picked
 
 
+def _checks(journal: Journal, out_dir: Path) -> list[dict[str, Any]]:
+    """Each check's row: its result, a failure's runbook link, a share's interval."""
+    return [
+        {
+            "result": c,
+            "link": None if c.passed else runbook_link(journal, c.runbook, out_dir),
+            "interval": interval_text(c),
+        }
+        for c in journal.checks
+    ]
+
+
 def render_html(journal: Journal, out_dir: Path) -> str:
     rows = series(journal)
     charts = [
@@ -251,16 +271,12 @@ def render_html(journal: Journal, out_dir: Path) -> str:
             )
         )
     charts += _distributions(journal)
-    checks = [
-        {"result": c, "link": None if c.passed else runbook_link(journal, c.runbook, out_dir)}
-        for c in journal.checks
-    ]
     return _ENV.get_template("drill.html.j2").render(
         j=journal,
         css=Markup(CSS),
         color=COLORS.get(journal.verdict, "#57606a"),
         stack_name=journal.stack.profile or journal.stack.gateway,
-        checks=checks,
+        checks=_checks(journal, out_dir),
         pages=page_rows(journal),
         charts=charts,
         samples=_samples(journal),

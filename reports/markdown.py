@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drills.model.journal import Journal
-from reports.common import load_lines, page_rows, runbook_link, windows
+from drills.model.journal import CheckResult, Journal
+from reports.common import interval_text, load_lines, page_rows, runbook_link, windows
 
 __all__ = ["render_markdown"]
 
 ICON = {"passed": "PASSED", "failed": "FAILED", "aborted": "ABORTED", "interrupted": "INTERRUPTED"}
+
+
+def _observed(check: CheckResult) -> str:
+    interval = interval_text(check)
+    return f"{check.observed_text} ({interval})" if interval else check.observed_text
 
 
 def _cell(text: str) -> str:
@@ -105,7 +110,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             result += f" ({_twin_role(journal, check.label, check.passed)})"
         lines.append(
             f"| {_cell(check.label)} | {_cell(check.expected)} | "
-            f"{_cell(check.observed_text)} | {result} |"
+            f"{_cell(_observed(check))} | {result} |"
         )
     lines += _page_lines(journal)
     lines += _detection_lines(journal)

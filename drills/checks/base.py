@@ -28,6 +28,7 @@ __all__ = [
     "Evaluation",
     "applied_at",
     "applied_faults",
+    "conclusive",
     "counter_increase",
     "expected_text",
     "formatted",
@@ -110,6 +111,15 @@ def expected_text(check: Check, unit: str) -> str:
 def within_bounds(check: Check, observed: float) -> bool:
     below, above = bound_value(check.below), bound_value(check.above)
     return (below is None or observed < below) and (above is None or observed > above)
+
+
+def conclusive(check: Check, low: float, high: float) -> bool:
+    """Whether the interval ``[low, high]`` lies wholly inside the check's bounds (a pass no
+    rerun would turn) or wholly outside them (such a fail)."""
+    if within_bounds(check, low) and within_bounds(check, high):
+        return True
+    below, above = bound_value(check.below), bound_value(check.above)
+    return (below is not None and low >= below) or (above is not None and high <= above)
 
 
 def formatted(value: float, family: str) -> str:

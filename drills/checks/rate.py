@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from drills.checks.base import (
     Evaluation,
+    conclusive,
     is_error,
     result,
 )
+from drills.common.stats import wilson
 from drills.model.journal import CheckResult
 from drills.model.scenario import Check
 
@@ -27,4 +29,8 @@ def check_rate(check: Check, ev: Evaluation) -> CheckResult:
         hits = sum(r.truncated for r in records)
     else:
         hits = sum(not is_error(r) and not r.fallback for r in records)
-    return result(check, "rate", hits / len(records), len(records))
+    low, high = wilson(hits, len(records))
+    judged = result(check, "rate", hits / len(records), len(records))
+    return judged.model_copy(
+        update={"interval": (low, high), "conclusive": conclusive(check, low, high)}
+    )

@@ -213,6 +213,13 @@ class CheckResult(_Model):
     none to give, or the result is the claim)."""
     disagrees: bool = False
     """The gateway's claim and the harness's observation disagree (shown in the report)."""
+    interval: tuple[float, float] | None = None
+    """A share of requests: where the true share lies at 95% confidence (Wilson score
+    interval from its count and ``samples``); ``None`` for checks of another kind."""
+    conclusive: bool | None = None
+    """With an interval: whether all of it lies on the verdict's side of the bound. ``False``
+    is a verdict that another run of the same drill could turn (too few requests to tell);
+    the reports say so. The verdict itself is the observed value's."""
 
 
 class LoadProcessHealth(_Model):

@@ -1,0 +1,90 @@
+"""Confidence intervals of the checks that judge a share of requests (Wilson score), and
+whether a verdict is conclusive: checked against exact binomial coverage and known values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drills.checks import evaluate
+from drills.common.stats import wilson
+from drills.model.journal import Journal
+from reports import render_all
+from tests.test_checks import ev, rec, scenario
+from tests.test_reports import journal
+
+
+def test_the_issues_example_24_of_25_reaches_down_to_about_080() -> None:
+    low, high = wilson(24, 25)
+    assert low == pytest.approx(0.8046, abs=5e-4) and high == pytest.approx(0.9929, abs=5e-4)
+    # At the edges it stays inside [0, 1] and still has a width: 0 of 50 errors does not
+    # prove an error rate under 1%.
+    assert wilson(0, 50) == (0.0, pytest.approx(0.0713, abs=5e-4))
+    assert wilson(50, 50)[1] == 1.0
+    with pytest.raises(ValueError):
+        wilson(3, 0)
+
+
+@given(st.integers(1, 400), st.data())
+def test_the_interval_holds_the_observed_share_and_narrows_with_more_requests(
+    n: int, data: st.DataObject
+) -> None:
+    hits = data.draw(st.integers(0, n))
+    low, high = wilson(hits, n)
+    assert 0 <= low <= hits / n <= high <= 1
+    wider = wilson(hits, n, 0.99)
+    assert wider[0] <= low + 1e-12 and wider[1] >= high - 1e-12
+    more = wilson(hits * 4, n * 4)
+    assert more[1] - more[0] < high - low + 1e-12
+
+
+@pytest.mark.parametrize("p", [0.02, 0.1, 0.5, 0.9])
+@pytest.mark.parametrize("n", [25, 100])
+def test_coverage_is_near_95_percent_by_the_exact_binomial(n: int, p: float) -> None:
+    """Over every outcome of n requests with true share p, weighted by its binomial chance,
+    the interval holds p about 95% of the time (Wilson's is known to hover around it; never
+    under 0.90 for these)."""
+    covered = sum(
+        math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        for k in range(n + 1)
+        if wilson(k, n)[0] <= p <= wilson(k, n)[1]
+    )
+    assert 0.90 <= covered <= 0.995, covered
+
+
+def test_a_rate_check_says_when_too_few_requests_decide_it(tmp_path: Path) -> None:
+    s = scenario(
+        # 23 fallbacks of 25 (0.92): a pass, but the interval reaches below 0.8.
+        {"check": "fallback_rate", "during": "fault", "above": 0.8},
+        # 0 errors of 25 against 0.5: a pass no rerun would turn.
+        {"check": "error_rate", "during": "fault", "below": 0.5},
+        # 25 of 25 failed against 0.05: a fail no rerun would turn.
+        {"check": "success_rate", "during": "fault", "above": 0.95},
+    )
+    records = [rec(10 + i * 0.3, fallback=i > 1) for i in range(25)]
+    fallback, errors, success = evaluate(ev(s, records))
+    assert fallback.passed and fallback.conclusive is False
+    low, high = fallback.interval
+    assert low < 0.8 < 0.92 < high
+    assert errors.passed and errors.conclusive is True
+    assert not success.passed and success.conclusive is True and success.interval[1] < 0.95
+    # Checks that are not shares carry none.
+    (p99,) = evaluate(ev(scenario({"check": "e2e.p99", "during": "fault", "below": "2s"}), records))
+    assert p99.interval is None and p99.conclusive is None
+    # The reports say it beside the observed value.
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    data["checks"] = [c.model_dump(mode="json") for c in (fallback, errors)]
+    path.write_text(json.dumps(data))
+    render_all(Journal.read(path), path.parent)
+    summary = (path.parent / "summary.md").read_text()
+    assert (
+        "0.920 (95% CI 0.750-0.978, n=25: not conclusive, too few requests to be sure)" in summary
+    )
+    assert "(95% CI 0.000-0.133, n=25)" in summary
+    assert "not conclusive" in (path.parent / "index.html").read_text()
