@@ -36,9 +36,10 @@ SHIPPED = ROOT / "scenarios" / "inference-latency.yaml"
 
 
 def sized_latency(tmp_path: Path) -> Path:
-    """The shipped latency drill with the test suite's shorter calm phases: 10 s of baseline
-    are 10-20 answers at 2 users; the recovery keeps the 20 s its recovered_within needs."""
-    return shortened(SHIPPED, tmp_path, baseline="10s", recovery="20s")
+    """The shipped latency drill with a 10 s baseline (10-20 answers at 2 users). Its recovery
+    keeps its 30 s: its error bound there (0.05) over the 20-40 answers of a 20 s recovery
+    would fail on one stray error."""
+    return shortened(SHIPPED, tmp_path, baseline="10s")
 
 
 def toxiproxy_url(stack: RunningStack) -> str:
