@@ -23,12 +23,19 @@ __all__ = [
 
 
 def interval_text(check: CheckResult) -> str:
-    """A share's confidence interval for a person ("" when the check has none), and whether
-    another run could turn the verdict."""
+    """A check's confidence interval for a person ("" when it has none), and whether another
+    run could turn the verdict. A share is shown as one, a percentile in ms or s; an open side
+    says the requests could not bound it."""
     if check.interval is None:
         return ""
+
+    def shown(value: float | None, side: str) -> str:
+        if value is None:
+            return f"no {side} bound"
+        return f"{value:.3f}" if check.check.endswith("_rate") else fmt_seconds(value)
+
     low, high = check.interval
-    text = f"95% CI {low:.3f}-{high:.3f}, n={check.samples}"
+    text = f"95% CI {shown(low, 'lower')} to {shown(high, 'upper')}, n={check.samples}"
     return text if check.conclusive else f"{text}: not conclusive, too few requests to be sure"
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drills.checks import evaluate
-from drills.common.stats import wilson
+from drills.common.stats import quantile_interval, wilson
 from drills.model.journal import Journal
 from reports import render_all
 from tests.test_checks import ev, rec, scenario
@@ -73,9 +73,9 @@ def test_a_rate_check_says_when_too_few_requests_decide_it(tmp_path: Path) -> No
     assert low < 0.8 < 0.92 < high
     assert errors.passed and errors.conclusive is True
     assert not success.passed and success.conclusive is True and success.interval[1] < 0.95
-    # Checks that are not shares carry none.
-    (p99,) = evaluate(ev(scenario({"check": "e2e.p99", "during": "fault", "below": "2s"}), records))
-    assert p99.interval is None and p99.conclusive is None
+    # Per-token gaps within a stream are not independent samples: no interval.
+    (itl,) = evaluate(ev(scenario({"check": "itl.p50", "during": "fault", "below": "2s"}), records))
+    assert itl.interval is None and itl.conclusive is None
     # The reports say it beside the observed value.
     path = journal(tmp_path)
     data = json.loads(path.read_text())
@@ -84,7 +84,56 @@ def test_a_rate_check_says_when_too_few_requests_decide_it(tmp_path: Path) -> No
     render_all(Journal.read(path), path.parent)
     summary = (path.parent / "summary.md").read_text()
     assert (
-        "0.920 (95% CI 0.750-0.978, n=25: not conclusive, too few requests to be sure)" in summary
+        "0.920 (95% CI 0.750 to 0.978, n=25: not conclusive, too few requests to be sure)"
+        in summary
     )
-    assert "(95% CI 0.000-0.133, n=25)" in summary
+    assert "(95% CI 0.000 to 0.133, n=25)" in summary
     assert "not conclusive" in (path.parent / "index.html").read_text()
+
+
+def test_the_median_of_100_is_bounded_by_the_40th_and_61st_and_of_25_by_the_8th_and_18th() -> None:
+    """The ranks of the standard tables for a 95% interval of the median."""
+    assert quantile_interval(list(range(1, 101)), 0.5) == (40, 61)
+    assert quantile_interval(list(range(1, 26)), 0.5) == (8, 18)
+    # A p99 from 40 requests has no upper bound; from 400 it has.
+    assert quantile_interval(list(range(1, 41)), 0.99)[1] is None
+    assert quantile_interval(list(range(1, 401)), 0.99)[1] is not None
+    with pytest.raises(ValueError):
+        quantile_interval([], 0.5)
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+@pytest.mark.parametrize("n", [25, 100, 1000])
+def test_quantile_coverage_is_at_least_95_percent_by_the_exact_binomial(n: int, q: float) -> None:
+    """For any continuous distribution, [X_(l), X_(u)] holds the q quantile exactly when
+    l <= B < u, B ~ Binomial(n, q) the samples below it; an open side always holds it."""
+    from drills.common.stats import _binomial_cdf
+
+    cdf = _binomial_cdf(n, q)
+    low, high = quantile_interval(list(range(1, n + 1)), q)  # values = ranks
+    misses_low = cdf[low - 1] if low is not None else 0.0
+    misses_high = 1 - cdf[high - 1] if high is not None else 0.0
+    assert misses_low <= 0.025 + 1e-12 and misses_high <= 0.025 + 1e-12
+    assert 1 - misses_low - misses_high >= 0.95
+
+
+def test_a_latency_percentile_from_few_requests_is_not_conclusive(tmp_path: Path) -> None:
+    fast = [rec(10 + i * 0.2, e2e=0.4 + i * 0.01) for i in range(40)]
+    s = scenario(
+        {"check": "e2e.p99", "during": "fault", "below": "2s"},
+        {"check": "e2e.p50", "during": "fault", "below": "2s"},
+        {"check": "ttft.p50", "during": "fault", "below": "10ms"},
+    )
+    p99, p50, ttft = evaluate(ev(s, fast))
+    # Every one of 40 answers took under 0.8 s, yet 40 cannot bound a p99 from above.
+    assert p99.passed and p99.interval[1] is None and p99.conclusive is False
+    assert p50.passed and p50.conclusive is True and p50.interval[1] < 2
+    assert not ttft.passed and ttft.conclusive is True  # 0.2 s at the least: a sure fail
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    data["checks"] = [c.model_dump(mode="json") for c in (p99, p50)]
+    path.write_text(json.dumps(data))
+    render_all(Journal.read(path), path.parent)
+    summary = (path.parent / "summary.md").read_text()
+    assert "to no upper bound, n=40: not conclusive, too few requests to be sure)" in summary
+    assert "595ms (95% CI 530 ms to 660 ms, n=40)" in summary

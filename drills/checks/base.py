@@ -8,6 +8,7 @@ nothing. Every result carries the observed value next to what was expected.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -113,13 +114,16 @@ def within_bounds(check: Check, observed: float) -> bool:
     return (below is None or observed < below) and (above is None or observed > above)
 
 
-def conclusive(check: Check, low: float, high: float) -> bool:
+def conclusive(check: Check, low: float | None, high: float | None) -> bool:
     """Whether the interval ``[low, high]`` lies wholly inside the check's bounds (a pass no
-    rerun would turn) or wholly outside them (such a fail)."""
-    if within_bounds(check, low) and within_bounds(check, high):
+    rerun would turn) or wholly outside them (such a fail). A side that is ``None`` is
+    unbounded."""
+    lo = -math.inf if low is None else low
+    hi = math.inf if high is None else high
+    if within_bounds(check, lo) and within_bounds(check, hi):
         return True
     below, above = bound_value(check.below), bound_value(check.above)
-    return (below is not None and low >= below) or (above is not None and high <= above)
+    return (below is not None and lo >= below) or (above is not None and hi <= above)
 
 
 def formatted(value: float, family: str) -> str:

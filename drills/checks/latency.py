@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from drills.checks.base import (
     Evaluation,
+    conclusive,
     result,
 )
-from drills.common.stats import percentile
+from drills.common.stats import percentile, quantile_interval
 from drills.model.journal import CheckResult
 from drills.model.records import Record
 from drills.model.scenario import Check
@@ -42,7 +43,13 @@ def check_latency(check: Check, ev: Evaluation) -> CheckResult:
             f"no {metric} samples among {len(records)} requests in the window",
         )
     pct = float(q) / (10 if len(q) == 3 else 1)
-    return result(check, "latency", percentile(values, pct), len(values))
+    judged = result(check, "latency", percentile(values, pct), len(values))
+    if metric == "itl":  # a stream's gaps are not independent samples: no interval
+        return judged
+    low, high = quantile_interval(values, pct / 100)
+    return judged.model_copy(
+        update={"interval": (low, high), "conclusive": conclusive(check, low, high)}
+    )
 
 
 def check_spread(check: Check, ev: Evaluation) -> CheckResult:

@@ -213,9 +213,11 @@ class CheckResult(_Model):
     none to give, or the result is the claim)."""
     disagrees: bool = False
     """The gateway's claim and the harness's observation disagree (shown in the report)."""
-    interval: tuple[float, float] | None = None
-    """A share of requests: where the true share lies at 95% confidence (Wilson score
-    interval from its count and ``samples``); ``None`` for checks of another kind."""
+    interval: tuple[float | None, float | None] | None = None
+    """Where the true value lies at 95% confidence: a share of requests from its count and
+    ``samples`` (Wilson score interval); a time-to-first-token or end-to-end percentile from
+    the requests' order statistics, a side ``None`` where too few requests bound it (a p99 from
+    40 requests has no upper bound). ``None`` for checks of other kinds."""
     conclusive: bool | None = None
     """With an interval: whether all of it lies on the verdict's side of the bound. ``False``
     is a verdict that another run of the same drill could turn (too few requests to tell);
