@@ -26,7 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from drills.checks.base import Evaluation
-from drills.checks.observed import MIN_RUN, Opening, failed, find_openings, model_calls, skip_run
+from drills.checks.observed import (  # _confirmed: the same in both versions
+    Opening,
+    _confirmed,
+    failed,
+    find_openings,
+    model_calls,
+    skip_run,
+)
 from drills.common.hop import HopRecord
 from drills.model.journal import FaultRecord
 from drills.model.records import Record
@@ -61,15 +68,6 @@ def rescanning_openings(
         if confirmed is not None and not gap:
             found.append(Opening(ended, confirmed))
     return found, needed
-
-
-def _confirmed(skipped: list[tuple[float, bool]], needed: int) -> float | None:
-    seen_alone = False
-    for k, (t, alone) in enumerate(skipped, start=1):
-        seen_alone = seen_alone or alone
-        if k >= needed or (k >= MIN_RUN and seen_alone):
-            return t
-    return None
 
 
 def storm(attempts: int) -> tuple[Evaluation, float, float]:

@@ -312,10 +312,13 @@ def processes_naming(path: Path) -> list[int]:
 
 
 def gate_drill_and_twin(
-    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str
+    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str, profile: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`drills gate --twins SCENARIO EXTRA...` on the session's stack (its state directory);
-    the drill's journal, which must have passed, and its one twin's, which must have held."""
+    """`drills gate --twins SCENARIO EXTRA...` on the session's stack (its state directory;
+    ``profile``: its config as the drill's profile too); the drill's journal, which must have
+    passed, and its one twin's, which must have held."""
+    if profile:
+        extra = (*extra, "--profile", str(stack.config_path))
     out = tmp_path / "gate"
     result = subprocess.run(
         drills_cli(

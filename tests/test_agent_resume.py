@@ -25,13 +25,8 @@ DRILL = ROOT / "scenarios" / "agent-resume.yaml"
 def test_tasks_resume_without_repeating_their_message_and_the_twin_repeats_it(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    drill, twin = gate_drill_and_twin(
-        shortened(DRILL, tmp_path, baseline="8s", recovery="10s"),
-        stack,
-        tmp_path,
-        "--profile",
-        str(stack.config_path),
-    )
+    sized = shortened(DRILL, tmp_path, baseline="8s", recovery="10s")
+    drill, twin = gate_drill_and_twin(sized, stack, tmp_path, profile=True)
     checks = {c["label"]: c for c in drill["checks"]}
     # The three kills landed and the supervisor replaced the gateway each time.
     kills = [f for f in drill["faults"] if f["kind"] == "process.kill"]

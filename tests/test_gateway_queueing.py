@@ -28,7 +28,7 @@ TWIN = load_scenario(DRILL)[0].twin("engine-queueing")
 def test_the_spike_queues_at_the_gateway_and_its_twin_in_the_engines(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    drill, twin = gate_drill_and_twin(DRILL, stack, tmp_path, "--profile", str(stack.config_path))
+    drill, twin = gate_drill_and_twin(DRILL, stack, tmp_path, profile=True)
     # The spike happened inside its phase: many more requests than in the baseline.
     by_phase = {p: sum(r["phase"] == p for r in drill["records"]) for p in ("baseline", "spike")}
     assert by_phase["spike"] > 3 * by_phase["baseline"], by_phase

@@ -13,10 +13,21 @@ from hypothesis import strategies as st
 
 from drills.checks import evaluate
 from drills.common.stats import quantile_interval, wilson
-from drills.model.journal import Journal
+from drills.model.journal import CheckResult, Journal
 from reports import render_all
 from tests.test_checks import ev, rec, scenario
 from tests.test_reports import journal
+
+
+def rendered(tmp_path: Path, checks: list[CheckResult]) -> str:
+    """The Markdown summary of tests/test_reports.py's journal with ``checks`` as its checks
+    (the HTML report is written beside it, in ``tmp_path/run``)."""
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    data["checks"] = [c.model_dump(mode="json") for c in checks]
+    path.write_text(json.dumps(data))
+    render_all(Journal.read(path), path.parent)
+    return (path.parent / "summary.md").read_text()
 
 
 def test_the_issues_example_24_of_25_reaches_down_to_about_080() -> None:
@@ -77,18 +88,13 @@ def test_a_rate_check_says_when_too_few_requests_decide_it(tmp_path: Path) -> No
     (itl,) = evaluate(ev(scenario({"check": "itl.p50", "during": "fault", "below": "2s"}), records))
     assert itl.interval is None and itl.conclusive is None
     # The reports say it beside the observed value.
-    path = journal(tmp_path)
-    data = json.loads(path.read_text())
-    data["checks"] = [c.model_dump(mode="json") for c in (fallback, errors)]
-    path.write_text(json.dumps(data))
-    render_all(Journal.read(path), path.parent)
-    summary = (path.parent / "summary.md").read_text()
+    summary = rendered(tmp_path, [fallback, errors])
     assert (
         "0.920 (95% CI 0.750 to 0.978, n=25: not conclusive, too few requests to be sure)"
         in summary
     )
     assert "(95% CI 0.000 to 0.133, n=25)" in summary
-    assert "not conclusive" in (path.parent / "index.html").read_text()
+    assert "not conclusive" in (tmp_path / "run" / "index.html").read_text()
 
 
 def test_the_median_of_100_is_bounded_by_the_40th_and_61st_and_of_25_by_the_8th_and_18th() -> None:
@@ -129,11 +135,6 @@ def test_a_latency_percentile_from_few_requests_is_not_conclusive(tmp_path: Path
     assert p99.passed and p99.interval[1] is None and p99.conclusive is False
     assert p50.passed and p50.conclusive is True and p50.interval[1] < 2
     assert not ttft.passed and ttft.conclusive is True  # 0.2 s at the least: a sure fail
-    path = journal(tmp_path)
-    data = json.loads(path.read_text())
-    data["checks"] = [c.model_dump(mode="json") for c in (p99, p50)]
-    path.write_text(json.dumps(data))
-    render_all(Journal.read(path), path.parent)
-    summary = (path.parent / "summary.md").read_text()
+    summary = rendered(tmp_path, [p99, p50])
     assert "to no upper bound, n=40: not conclusive, too few requests to be sure)" in summary
     assert "595ms (95% CI 530 ms to 660 ms, n=40)" in summary

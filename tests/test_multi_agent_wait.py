@@ -26,13 +26,8 @@ UNBOUNDED = ROOT / "stack" / "profiles" / "unbounded-waits.yaml"
 def test_a_stalled_dependency_is_waited_out_and_its_twin_freezes_until_the_abort(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    drill, twin = gate_drill_and_twin(
-        shortened(DRILL, tmp_path, baseline="8s", after="10s"),
-        stack,
-        tmp_path,
-        "--profile",
-        str(stack.config_path),
-    )
+    sized = shortened(DRILL, tmp_path, baseline="8s", after="10s")
+    drill, twin = gate_drill_and_twin(sized, stack, tmp_path, profile=True)
     checks = {c["label"]: c for c in drill["checks"]}
     fault = [r for r in drill["records"] if r["phase"] == "fault"]
     briefs = [r for r in fault if r["workflow"] == "brief"]
