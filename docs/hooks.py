@@ -159,6 +159,8 @@ def checks() -> str:
             bound = "`within`: a duration (`within: 30s`), from the fault (or its revert)"
         elif family.family == "alert_quiet":
             bound = "none: it passes when no alert of the set fired"
+        elif family.family == "alert_runbook":
+            bound = "none: it passes when every alert of the set that fired leads to a runbook step"
         elif not family.needs_bound:
             bound = "none"
         other = ", ".join(f"`{f}`" for f in family.fields) or "-"

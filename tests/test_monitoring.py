@@ -41,6 +41,7 @@ FIRED = "alert_fired LLMBreakerOpen {upstream=vllm-0} during fault"
 PAGED = "alert_paged LLMBreakerOpen {upstream=vllm-0} during fault"
 RESOLVED = "alert_resolved_within LLMBreakerOpen {upstream=vllm-0} during fault"
 ON_PURPOSE = "alert_fired LLMEngineDown during fault"
+RUNBOOK = "alert_runbook LLM.* during fault"
 
 
 def test_the_stack_rules_load_and_each_names_a_real_runbook_step() -> None:
@@ -72,6 +73,11 @@ def test_the_stack_rules_load_and_each_names_a_real_runbook_step() -> None:
         (
             "{check: alert_quiet, during: baseline, within: 5s}",
             "check 'alert_quiet' takes no 'within'",
+        ),
+        (
+            "{check: alert_runbook, during: fault, below: 1}",
+            "check 'alert_runbook' takes no 'below' or 'above': it passes when every alert of "
+            "the set that fired in the window names a runbook step that exists",
         ),
     ],
 )
@@ -165,6 +171,11 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
     assert 0 < fired <= paged, (results[FIRED], results[PAGED])
     assert "runbooks/gpu-pod-loss.md#breakers" in results[PAGED]["reason"], results[PAGED]
     assert 0 <= results[RESOLVED]["observed"] <= 12, results[RESOLVED]
+    # The page's runbook_url, read beside the rules file Prometheus loaded, is a real heading.
+    assert (
+        "LLMBreakerOpen{severity=page,upstream=vllm-0} -> "
+        "../../scenarios/runbooks/gpu-pod-loss.md#breakers (as paged)"
+    ) in results[RUNBOOK]["reason"], results[RUNBOOK]
     # The pages are in the journal, each with when it arrived.
     pages = journal["pages"]
     assert any(
@@ -219,13 +230,18 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
 def test_an_alert_the_team_fears_fails_the_detection_checks_named(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    """The same drill against the rule a team fears: the breaker alert only after 10 minutes
-    open. The fault is not detected, and the checks that say so are named."""
+    """The same drill against the rules a team fears: the breaker alert only after 10 minutes
+    open, and a copy of it that fires at once but names no runbook. The fault is not detected
+    by the alert the drill asks for, the page that came names no step, and the checks that say
+    so are named."""
     rules = yaml.safe_load(RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
             if rule["alert"] == "LLMBreakerOpen":
                 rule["for"] = "10m"
+                unlinked = {**rule, "alert": "LLMBreakerUnlinked", "for": "0s"}
+                unlinked["annotations"] = {"summary": rule["annotations"]["summary"]}
+    rules["groups"][0]["rules"].append(unlinked)
     feared = tmp_path / "feared-rules.yml"
     feared.write_text(yaml.safe_dump(rules))
     pager = free_port()
@@ -234,13 +250,18 @@ def test_an_alert_the_team_fears_fails_the_detection_checks_named(
     journal = _journal(tmp_path)
     results = {c["label"]: c for c in journal["checks"]}
     failed = {label for label, c in results.items() if not c["passed"]}
-    assert failed == {FIRED, PAGED, RESOLVED, ON_PURPOSE}, drill_account(journal)
+    assert failed == {FIRED, PAGED, RESOLVED, ON_PURPOSE, RUNBOOK}, drill_account(journal)
     assert out.returncode == 1, out.stderr[-3000:]
     assert "did not fire" in results[FIRED]["reason"], results[FIRED]
     # It saw the breaker open (pending), and says that the rule's 'for' held it back.
     assert "pending from +" in results[FIRED]["reason"], results[FIRED]
     assert "the on-call was not paged" in results[PAGED]["reason"], results[PAGED]
     assert "never fired" in results[RESOLVED]["reason"], results[RESOLVED]
+    assert results[RUNBOOK]["observed"] == 1, results[RUNBOOK]
+    assert (
+        "LLMBreakerUnlinked{severity=page,upstream=vllm-0} has no runbook_url"
+        in results[RUNBOOK]["reason"]
+    ), results[RUNBOOK]
 
 
 @pytest.mark.stack
@@ -255,8 +276,11 @@ def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
     out = run_attached(unknown, stack, tmp_path, *_watched(monitoring.prometheus, f":{pager}"))
     assert out.returncode == 2, out.stderr[-3000:]
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "LLMEngineDown" in t)
+    index = next(
+        i for i, c in enumerate(yaml.safe_load(text)["expect"]) if c.get("alert") == "LLMEngineDown"
+    )
     assert (
-        f"{unknown}:{line} expect[4].alert: no alert rule loaded in the Prometheus at "
+        f"{unknown}:{line} expect[{index}].alert: no alert rule loaded in the Prometheus at "
         f"{monitoring.prometheus} defines 'LLMEngineGone'; it defines: " in out.stderr
     ), out.stderr
     assert "LLMBreakerOpen" in out.stderr

@@ -162,6 +162,15 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
     # until: replaced: the fault phase ended once the supervisor reported the replacement
     # healthy, not at its 100 s.
     assert_ended_at_replacement(journal, after["ready_at"])
+    # The stack's monitoring, started for the drill, saw it: the engine-down alert fired
+    # (5 s of 'for' + a 1 s scrape and evaluation) and paged, before the replacement was ready.
+    (row,) = journal["detection"]
+    fired = checks["alert_fired LLMEngineDown during fault"]["observed"]
+    paged = checks["alert_paged LLMEngineDown during fault"]["observed"]
+    assert 5 <= fired <= paged < ready, (fired, paged, ready)
+    firing = [s for s in row["signs"] if s["what"].startswith("LLMEngineDown{")]
+    assert firing and all(s["runbook"].endswith("gpu-pod-loss.md#replacement") for s in firing)
+    assert "(as paged)" in checks["alert_runbook LLM.* during fault"]["reason"]
 
 
 @pytest.mark.stack

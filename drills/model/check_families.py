@@ -167,6 +167,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("alert_paged", "alerts", "duration", needs_bound=False, fields=("alert",)),
     _builtin("alert_resolved_within", "alerts", "duration", needs_bound=False, fields=("alert",)),
     _builtin("alert_quiet", "alerts", "count", needs_bound=False),
+    _builtin("alert_runbook", "alert_runbook", "count", needs_bound=False),
     _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),
     _builtin("recovered_within", "recovery", "duration", only_below=True),
     _builtin(
@@ -194,7 +195,8 @@ BUILTIN: tuple[CheckFamily, ...] = (
 ALERT_TIMED = frozenset({"alert_fired", "alert_paged", "alert_resolved_within"})
 """The alert checks bounded by ``within``: how long from the fault to the alert (or page), or
 from the fault's revert to the alert's end."""
-ALERT_FAMILIES = ALERT_TIMED | {"alert_quiet"}
+ALERT_FAMILIES = ALERT_TIMED | {"alert_quiet", "alert_runbook"}
+"""Every check that reads the team's alerts (its Prometheus's ``ALERTS``, its pages)."""
 
 _EXTRA: list[CheckFamily] = []
 

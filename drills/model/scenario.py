@@ -791,7 +791,8 @@ class Check(_Model):
     degradation answers in time; one that came only after the fault ended proves no limit)."""
     alert: str | None = None
     """alert_*: the alert's name (its ``alertname``), as the team's rules define it;
-    alert_quiet without it: any alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
+    alert_quiet and alert_runbook: a regular expression (PromQL's ``=~``), without it any
+    alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -877,6 +878,9 @@ class Check(_Model):
                     ": its bound is 'within' (e.g. within: 30s)"
                     if name in ALERT_TIMED
                     else ": it passes when no alert of the set fired in the window"
+                    if name == "alert_quiet"
+                    else ": it passes when every alert of the set that fired in the window "
+                    "names a runbook step that exists"
                 )
             )
         if name in ALERT_TIMED:
