@@ -57,7 +57,7 @@ def ev(s: Scenario, records: list[Record], **kw: Any) -> Evaluation:
     }
     faults = kw.pop("faults", [fault()])
     probes = [Probe.model_validate(p) for p in kw.pop("probes", [])]
-    return Evaluation(s, records, phases, (T0, T0 + 40), faults, probes)
+    return Evaluation(s, records, phases, (T0, T0 + 40), faults, probes, **kw)
 
 
 def test_percentile_interpolates() -> None:
@@ -292,3 +292,49 @@ def test_engine_checks_take_no_metric_labels_or_agg() -> None:
             Check.model_validate({"check": "engine.waiting", "below": 1, **extra})
     with pytest.raises(ValueError, match=r"engine\.requests\.REASON"):
         Check.model_validate({"check": "engine.requests.unknown", "below": 1})
+
+
+def test_the_detection_matrix_reads_each_engines_own_metrics() -> None:
+    """The engine layer: an engine whose endpoint stopped answering, one whose process started
+    anew, one whose queue rose above anything it showed before the fault, and one that showed
+    nothing (left out). Alerts and pages not read are said to be."""
+    from drills.checks.detection import detection_matrix
+
+    def started(at: float, source: str, start: float, **values: float) -> dict[str, Any]:
+        scrape = engine_scrape(at, source, **values)
+        scrape["samples"].append({"name": "process_start_time_seconds", "value": start})
+        return scrape
+
+    probes = [
+        engine_scrape(5, "vllm-0", waiting=0),
+        {"time": T0 + 11, "source": "vllm-0", "error": "[Errno 111] Connection refused"},
+        started(5, "vllm-1", 100.0, waiting=0),
+        started(12.5, "vllm-1", 200.0, waiting=0),
+        engine_scrape(4, "vllm-2", waiting=2),
+        engine_scrape(6, "vllm-2", waiting=1),
+        engine_scrape(13, "vllm-2", waiting=2),  # no more than before: not a sign
+        engine_scrape(14, "vllm-2", waiting=5),
+        engine_scrape(5, "vllm-3", waiting=1),
+        engine_scrape(15, "vllm-3", waiting=1),
+        engine_scrape(25, "vllm-2", waiting=9),  # after the revert: another story
+    ]
+    (row,) = detection_matrix(ev(scenario(), [], probes=probes), None)
+    engine = {
+        s.what: round(s.after or -1, 1) for s in row.signs if s.layer == "engine, its metrics"
+    }
+    assert engine == {
+        "vllm-0: its metrics stopped answering ([Errno 111] Connection refused)": 0.9,
+        "vllm-1: a new process: it restarted": 2.4,
+        "vllm-2: requests waiting rose to 5 (before the fault: at most 2)": 3.9,
+    }
+    assert row.detected
+    unread = {s.layer: s.what for s in row.signs if s.after is None}
+    assert unread["alerts"] == "not read: the drill names no Prometheus"
+    assert unread["page"] == "not read: the drill runs no pager"
+    # Read, and nothing came: said so, not left blank.
+    (quiet,) = detection_matrix(ev(scenario(), [], probes=[], pages=[]), [])
+    assert {(s.layer, s.what) for s in quiet.signs if s.after is None} >= {
+        ("alert firing", "no alert fired after the fault"),
+        ("page", "no page reached the pager after the fault"),
+    }
+    assert not quiet.detected

@@ -192,7 +192,9 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
     firing = [s for s in row["signs"] if s["layer"] == "alert firing"]
     assert any(s["what"].startswith("LLMBreakerOpen{") for s in firing), row
     assert all(s["runbook"] for s in firing if s["what"].startswith("LLMBreakerOpen")), row
-    page = next(s for s in row["signs"] if s["what"] == "LLMBreakerOpen reached the pager")
+    page = next(
+        s for s in row["signs"] if s["what"] == "LLMBreakerOpen reached the pager (receiver pager)"
+    )
     assert abs(page["after"] - paged) < 0.01, (row, paged)
     # The reports list the pages, with the runbook each named.
     summary = next((tmp_path / "runs").glob("*/summary.md")).read_text()

@@ -18,7 +18,7 @@ from drills.common.errors import InjectionFailed
 from drills.engine.ledger import Ledger
 from drills.engine.options import RunOptions
 from drills.engine.runner import Runner
-from drills.model.scenario import Attach, ProcessFreezeFault, load_scenario
+from drills.model.scenario import ProcessFreezeFault, load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
@@ -36,14 +36,15 @@ def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
         time.sleep(1)
 
 
-def run_drill(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
+def run_drill(path: Path, stack: RunningStack, tmp_path: Path) -> dict:
+    """The drill, in this process, on the session's stack as its profile: the embedded path a
+    user's ``drills run`` takes (the stack's monitoring starts for drills that ask it)."""
     scenario, doc = load_scenario(path)
     options = RunOptions(
         out_dir=tmp_path / "runs",
         ledger=tmp_path / "ledger.json",
-        attach=Attach(gateway=gateway, toxiproxy=stack.toxiproxy_url),
+        profile=str(stack.config_path),
         state_dir=stack.state_dir,
-        stack_config=str(stack.config_path),
     )
     return Runner(scenario, doc, options).run().model_dump(mode="json")
 
@@ -146,7 +147,7 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
 ) -> None:
     before = control.status(stack.state_dir)
     old_pid = next(c for c in before.components if c.name == "vllm-0").pid
-    journal = run_drill(POD_LOSS, stack.gateway_url, stack, tmp_path)
+    journal = run_drill(POD_LOSS, stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     (kill,) = journal["faults"]
     assert kill["evidence"]["pid"] == old_pid and kill["evidence"]["signal"] == "SIGKILL"
@@ -171,6 +172,11 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
     firing = [s for s in row["signs"] if s["what"].startswith("LLMEngineDown{")]
     assert firing and all(s["runbook"].endswith("gpu-pod-loss.md#replacement") for s in firing)
     assert "(as paged)" in checks["alert_runbook LLM.* during fault"]["reason"]
+    # The engine's own metrics showed it first: its endpoint stopped answering the harness's
+    # scrapes (every second) before the alert's 5 s of 'for' were up.
+    engine = [s for s in row["signs"] if s["layer"] == "engine, its metrics"]
+    (killed,) = [s for s in engine if s["what"].startswith("vllm-0: ")]
+    assert "stopped answering" in killed["what"] and killed["after"] < fired, row
 
 
 @pytest.mark.stack
@@ -179,8 +185,9 @@ def test_pod_loss_drill_on_its_single_replica_twin_fails_exactly_the_checks_it_n
 ) -> None:
     # The twin's gateway (one replica, no fallback) runs beside the session's stack; the kill
     # is of the session's engine vllm-0, the only one the twin routes to.
-    result, [journal] = run_twin(POD_LOSS, stack, tmp_path, "unsound-single")
+    result, journals = run_twin(POD_LOSS, stack, tmp_path, "unsound-single")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    (journal,) = journals
     assert journal["twin"]["held"], twin_account(journal)
     checks = {c["label"]: c for c in journal["checks"]}
     failed = {label for label, c in checks.items() if not c["passed"]}
@@ -189,3 +196,8 @@ def test_pod_loss_drill_on_its_single_replica_twin_fails_exactly_the_checks_it_n
     # The replacement itself came up: what failed is the stack carrying on without it.
     assert checks["replacement_ready_within vllm-0"]["passed"]
     assert_ended_at_replacement(journal, journal["faults"][0]["after"]["ready_at"])
+    # The stack's monitoring, started for the twin too, scraped the twin's gateway (beside the
+    # stack), not the stack's own: its error-rate alert saw the twin's errors and paged.
+    (row,) = journal["detection"]
+    pages = [s["what"] for s in row["signs"] if s["layer"] == "page" and s["after"] is not None]
+    assert "LLMErrorRateHigh reached the pager (receiver pager)" in pages, row

@@ -9,6 +9,10 @@ sign at each layer, or says that the layer did not show it:
 - ``gateway, seen at the hop``: the gateway stopped sending to the faulted upstream (its
   breaker, judged from the L7 hop: ``drills.checks.observed``);
 - ``gateway, its claim``: its own breaker signal, by its adapter (a second opinion);
+- ``engine, its metrics``: each engine whose own metrics (``vllm:*``, scraped by the harness)
+  changed after the fault: its endpoint stopped answering, its process started anew
+  (``process_start_time_seconds``) or its waiting queue (``vllm:num_requests_waiting``) rose
+  above anything it showed before the fault;
 - ``alert pending`` / ``alert firing``: each alert of the team's Prometheus that became
   pending or fired after the fault (its ``ALERTS`` series), with the runbook its rule names;
 - ``page``: each notification that reached the harness's pager after the fault.
@@ -26,9 +30,10 @@ import httpx
 from drills.checks import observed
 from drills.checks.base import Evaluation, applied_faults
 from drills.checks.breaker import claimed_opening
+from drills.checks.engine import ENGINE_METRICS, engine_sources
 from drills.checks.promql import client_for
 from drills.common.prometheus import PrometheusQueryError
-from drills.model.journal import Detection, DetectionSign, FaultRecord
+from drills.model.journal import Detection, DetectionSign, FaultRecord, Probe
 
 __all__ = ["alert_history", "detection_matrix"]
 
@@ -76,10 +81,10 @@ def _client(ev: Evaluation, fault: FaultRecord, applied: float) -> DetectionSign
         if record.start > end or answered < applied:
             continue
         if record.is_error or record.fallback:
+            # What the client got: the degraded path's answer, or the error as it saw it (a
+            # stream that broke after its 200 is an error, not "HTTP 200").
             kind = (
-                "fallback"
-                if record.fallback
-                else (f"HTTP {record.status}" if record.status else (record.error or "error"))
+                "fallback" if record.fallback else (record.error or f"HTTP {record.status}")[:100]
             )
             seen.append((answered, kind))
     if not seen:
@@ -107,6 +112,55 @@ def _gateway(ev: Evaluation, fault: FaultRecord, applied: float) -> list[Detecti
         )
     claimed, claim = claimed_opening(ev, hop, applied)
     signs.append(_sign("gateway, its claim", claimed, claim))
+    return signs
+
+
+WAITING = ENGINE_METRICS["waiting"].names[0]
+STARTED = "process_start_time_seconds"
+
+
+def _total(probe: Probe, name: str) -> float | None:
+    values = [s.value for s in probe.samples if s.name == name]
+    return sum(values) if values else None
+
+
+def _engine_change(probes: list[Probe], applied: float) -> tuple[float, str] | None:
+    """The first time after ``applied`` one engine's own metrics showed something, and what."""
+    before = [p for p in probes if p.time < applied and p.error is None]
+    waited = [w for p in before if (w := _total(p, WAITING)) is not None]
+    started = next((_total(p, STARTED) for p in reversed(before) if _total(p, STARTED)), None)
+    for probe in (p for p in probes if p.time >= applied):
+        if probe.error is not None:
+            if before:
+                return probe.time, f"its metrics stopped answering ({probe.error})"
+            continue
+        now = _total(probe, STARTED)
+        if started is not None and now is not None and now != started:
+            return probe.time, "a new process: it restarted"
+        waiting = _total(probe, WAITING)
+        if waited and waiting is not None and waiting > max(waited):
+            return (
+                probe.time,
+                f"requests waiting rose to {waiting:g} (before the fault: at most {max(waited):g})",
+            )
+    return None
+
+
+def _engines(ev: Evaluation, applied: float, end: float) -> list[DetectionSign]:
+    sources = engine_sources(ev)
+    signs = []
+    for source in sources:
+        probes = sorted(
+            (p for p in ev.probes if p.source == source and p.time <= end), key=lambda p: p.time
+        )
+        change = _engine_change(probes, applied)
+        if change is not None:
+            signs.append(
+                _sign("engine, its metrics", change[0] - applied, f"{source}: {change[1]}")
+            )
+    if sources and not signs:
+        shown = ", ".join(sources)
+        signs.append(_sign("engine, its metrics", None, f"no change in the metrics of {shown}"))
     return signs
 
 
@@ -151,7 +205,8 @@ def _pages(ev: Evaluation, applied: float) -> list[DetectionSign]:
                 _sign(
                     "page",
                     page.received_at - applied,
-                    f"{alert.name} reached the pager",
+                    f"{alert.name} reached the pager"
+                    + (f" (receiver {page.receiver})" if page.receiver else ""),
                     alert.annotations.get("runbook_url"),
                 )
             )
@@ -166,13 +221,19 @@ def detection_matrix(ev: Evaluation, history: list[dict[str, Any]] | None) -> li
         signs = [
             _client(ev, fault, applied),
             *_gateway(ev, fault, applied),
+            *_engines(ev, applied, fault.reverted_at or ev.run_window[1]),
             *_alerts(history, applied),
             *_pages(ev, applied),
         ]
+        layers = {s.layer for s in signs}
         if history is None:
             signs.append(_sign("alerts", None, "not read: the drill names no Prometheus"))
+        elif "alert firing" not in layers:
+            signs.append(_sign("alert firing", None, "no alert fired after the fault"))
         if ev.pages is None:
             signs.append(_sign("page", None, "not read: the drill runs no pager"))
+        elif "page" not in layers:
+            signs.append(_sign("page", None, "no page reached the pager after the fault"))
         rows.append(
             Detection(
                 fault=fault.index,

@@ -38,10 +38,15 @@ def embedded_monitoring(
     state_dir: Path | None,
     home: Path,
     say: Callable[[str], None],
+    beside: dict[str, Path] | None = None,
 ) -> Iterator[StackEndpoints]:
     """``endpoints``, with the embedded stack's Prometheus, Alertmanager, pager and exporter
     while the block runs when the drill needs them and runs on the embedded stack (its
-    ``state_dir`` known, no Prometheus of the team's named); else ``endpoints`` as they are."""
+    ``state_dir`` known, no Prometheus of the team's named); else ``endpoints`` as they are.
+
+    ``beside``: components of the drill that another supervisor runs (a twin's gateway beside
+    the stack, ``drills.engine.sharing``), by name: their state directory. Prometheus scrapes
+    those, the ones the drill goes through, in place of the stack's own."""
     if (
         not needs_monitoring(scenario)
         or state_dir is None
@@ -52,6 +57,8 @@ def embedded_monitoring(
         return
     pager, exporter = free_port(), free_port()
     targets = stack_targets(state_dir)
+    for other in (beside or {}).values():
+        targets.update(stack_targets(other))
     targets["drills"] = [f"127.0.0.1:{exporter}"]
     say("starting the stack's monitoring: Prometheus with its alert rules, and Alertmanager")
     with start_monitoring(home, targets, f"http://127.0.0.1:{pager}/") as monitoring:

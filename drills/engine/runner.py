@@ -201,8 +201,9 @@ class Runner:
         attached = attach_of(scenario, self.options)
         check_scenario(scenario, self.doc, policy, attach_urls(attached))
         # Before any stack is started: on a team's stack, promql and alert checks need the
-        # team's Prometheus (or pager); the embedded stack starts its own (``_run``).
-        if attached is not None:
+        # team's Prometheus (or pager); the embedded stack starts its own (``_run``), also for
+        # a twin whose gateway runs beside it (attached to, but the stack is ours).
+        if attached is not None and not self.options.component_states:
             has_monitoring(scenario, self.doc, attached.prometheus, attached.pager)
         if self.options.profile and attach_of(scenario, self.options) is None:
             # Another profile than the scenario's: its hops are known before it is started.
@@ -251,7 +252,10 @@ class Runner:
         check_health(endpoints, self.doc)
         state_dir = self._state_dir()
         home = run_dir / "monitoring"
-        with embedded_monitoring(self.scenario, endpoints, state_dir, home, self._say) as seen:
+        beside = self.options.component_states
+        with embedded_monitoring(
+            self.scenario, endpoints, state_dir, home, self._say, beside
+        ) as seen:
             return self._checked(run_dir, abort_path, seen, state_dir)
 
     def _checked(

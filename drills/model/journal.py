@@ -172,8 +172,8 @@ class DetectionSign(_Model):
     """The first sign of a fault at one layer (``drills.checks.detection``)."""
 
     layer: str
-    """``client``, ``gateway, seen at the hop``, ``gateway, its claim``, ``alert pending``,
-    ``alert firing``, ``page``."""
+    """``client``, ``gateway, seen at the hop``, ``gateway, its claim``, ``engine, its
+    metrics``, ``alert pending``, ``alert firing``, ``page`` (``alerts``: not read)."""
     after: float | None
     """Seconds from the fault's application to the sign; ``None``: the layer did not show it."""
     what: str
