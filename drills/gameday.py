@@ -468,6 +468,8 @@ class GameDay:
             ],
             kill_switch=aborted.get("cause") == "kill_switch",
             abort_reason=aborted.get("reason"),
+            # Who saw each fault, how fast: the day's report opens with it.
+            detection=[d.model_dump(mode="json") for d in journal.detection],
         )
         self._event("drill", "drill_end", drill=scenario.drill, verdict=journal.verdict)
         self.say(f"[drill {scenario.drill}] verdict: {journal.verdict}")

@@ -15,11 +15,17 @@ __all__ = [
     "fmt_seconds",
     "interval_text",
     "load_lines",
+    "md_cell",
     "page_rows",
     "runbook_link",
     "series",
     "windows",
 ]
+
+
+def md_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def interval_text(check: CheckResult) -> str:

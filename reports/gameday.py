@@ -13,6 +13,7 @@ from xml.etree import ElementTree as ET
 
 from markupsafe import Markup
 
+from reports.common import md_cell
 from reports.html import COLORS, CSS, environment
 from reports.junit import XML_HEADER, junit_suite
 
@@ -61,6 +62,46 @@ _ENV.filters["clock"] = _clock
 
 def _rel(target: str, out: Path) -> str:
     return os.path.relpath(target, out.resolve())
+
+
+def _after(sign: dict[str, Any]) -> str:
+    return f"+{sign['after']:.1f}s"
+
+
+def _alerted(sign: dict[str, Any]) -> str:
+    runbook = f" -> {sign['runbook']}" if sign.get("runbook") else ", names no runbook step"
+    return f"{sign['what']} {_after(sign)}{runbook}"
+
+
+def detection_rows(day: dict[str, Any]) -> list[dict[str, Any]]:
+    """Who saw each fault of the day, how fast: per drill and fault, the first sign at any
+    layer, the alerts that fired, the pages (who got them, for what, when, naming which
+    runbook step). A drill that did not run has no row; a fault with no sign, "not detected"."""
+    rows = []
+    for step in (s for s in day["steps"] if s["kind"] == "drill"):
+        for fault in step.get("detection") or []:
+            seen = [s for s in fault["signs"] if s["after"] is not None]
+            first = min(seen, key=lambda s: s["after"], default=None)
+            fired = [s for s in seen if s["layer"] == "alert firing"]
+            pages = [s for s in seen if s["layer"] == "page"]
+            unread = {s["layer"] for s in fault["signs"] if s["what"].startswith("not read")}
+            rows.append(
+                {
+                    "drill": step["drill"],
+                    "fault": f"{fault['what']} ({fault['phase']})",
+                    "detected": fault["detected"],
+                    "first": f"{first['layer']} {_after(first)}: {first['what']}"
+                    if first
+                    else "not detected",
+                    "alerts": [_alerted(s) for s in fired]
+                    or ["alerts not read" if "alerts" in unread else "no alert fired"],
+                    "pages": [_alerted(s) for s in pages]
+                    or ["no pager ran" if "page" in unread else "nobody was paged"],
+                    "alerted": bool(fired),
+                    "paged": bool(pages),
+                }
+            )
+    return rows
 
 
 def render_html(day: dict[str, Any], out: Path) -> str:
@@ -120,6 +161,7 @@ def render_html(day: dict[str, Any], out: Path) -> str:
         ],
         timeline=timeline,
         runbooks=runbooks,
+        detection=detection_rows(day),
         since=lambda t: _since(t, start),
     )
 
@@ -133,6 +175,22 @@ def render_markdown(day: dict[str, Any]) -> str:
         + (f" ({day['stop_reason']})" if day.get("stop_reason") else "")
         + f", {(day['ended_at'] - day['started_at']) / 60:.1f} min",
         "",
+    ]
+    detection = detection_rows(day)
+    if detection:
+        lines += [
+            "Who saw it, how fast:",
+            "",
+            "| drill | fault | first sign | alerts fired | paged |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{r['drill']}` | {md_cell(r['fault'])} | {md_cell(r['first'])} | "
+            f"{md_cell('; '.join(r['alerts']))} | {md_cell('; '.join(r['pages']))} |"
+            for r in detection
+        ]
+        lines.append("")
+    lines += [
         "| step | what | result |",
         "|---|---|---|",
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drills.model.journal import CheckResult, Journal
-from reports.common import interval_text, load_lines, page_rows, runbook_link, windows
+from reports.common import interval_text, load_lines, md_cell, page_rows, runbook_link, windows
 
 __all__ = ["render_markdown"]
 
@@ -17,10 +17,6 @@ def _observed(check: CheckResult) -> str:
     return f"{check.observed_text} ({interval})" if interval else check.observed_text
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _twin_lines(journal: Journal) -> list[str]:
     twin = journal.twin
     if twin is None:
@@ -29,13 +25,13 @@ def _twin_lines(journal: Journal) -> list[str]:
         f"### Twin `{twin.name}` of drill `{journal.drill}`: "
         f"**{'HELD' if twin.held else 'NOT HELD'}**",
         "",
-        f"{_cell(twin.summary())}  ",
-        f"stack: {_cell(twin.stack)}  ",
-        f"must fail: {_cell(', '.join(twin.must_fail))}"
-        + (f"; may fail: {_cell(', '.join(twin.may_fail))}" if twin.may_fail else ""),
+        f"{md_cell(twin.summary())}  ",
+        f"stack: {md_cell(twin.stack)}  ",
+        f"must fail: {md_cell(', '.join(twin.must_fail))}"
+        + (f"; may fail: {md_cell(', '.join(twin.may_fail))}" if twin.may_fail else ""),
         "",
     ]
-    return lines + [f"- not applied: {_cell(s)}" for s in twin.skipped_faults]
+    return lines + [f"- not applied: {md_cell(s)}" for s in twin.skipped_faults]
 
 
 def _twin_role(journal: Journal, label: str, passed: bool) -> str:
@@ -58,9 +54,9 @@ def _detection_lines(journal: Journal) -> list[str]:
         fault = f"{row.what}" + ("" if row.detected else " (**not detected**)")
         for sign in row.signs:
             after = f"{sign.after:.1f}s" if sign.after is not None else "not seen"
-            runbook = f" ({_cell(sign.runbook)})" if sign.runbook else ""
+            runbook = f" ({md_cell(sign.runbook)})" if sign.runbook else ""
             lines.append(
-                f"| {_cell(fault)} | {sign.layer} | {after} | {_cell(sign.what)}{runbook} |"
+                f"| {md_cell(fault)} | {sign.layer} | {after} | {md_cell(sign.what)}{runbook} |"
             )
             fault = ""
     return lines
@@ -75,7 +71,7 @@ def _page_lines(journal: Journal) -> list[str]:
     if pages:
         lines += ["", "| at | status | alert | runbook named |", "|---|---|---|---|"]
         lines += [
-            f"| {p['at']} | {p['status']} | {_cell(p['alert'])} | {_cell(p['runbook'])} |"
+            f"| {p['at']} | {p['status']} | {md_cell(p['alert'])} | {md_cell(p['runbook'])} |"
             for p in pages
         ]
     return lines
@@ -90,7 +86,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             "",
         ]
     lines += [
-        f"{_cell(journal.title)}  ",
+        f"{md_cell(journal.title)}  ",
         f"run `{journal.run_id}`, {journal.ended_at - journal.started_at:.0f} s, "
         f"{len(journal.records)} requests, "
         f"stack `{journal.stack.profile or 'attached'}`",
@@ -99,18 +95,18 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
         "|---|---|---|---|",
     ]
     for check in journal.checks:
-        result = "pass" if check.passed else f"**FAIL**: {_cell(check.reason)}"
+        result = "pass" if check.passed else f"**FAIL**: {md_cell(check.reason)}"
         if not check.passed:
             link = runbook_link(journal, check.runbook, out_dir)
             if link:
                 result += f" ([runbook]({link}))"
         if check.disagrees:
-            result += f" (the gateway's claim disagrees: {_cell(check.claim or '')})"
+            result += f" (the gateway's claim disagrees: {md_cell(check.claim or '')})"
         if journal.twin is not None:
             result += f" ({_twin_role(journal, check.label, check.passed)})"
         lines.append(
-            f"| {_cell(check.label)} | {_cell(check.expected)} | "
-            f"{_cell(_observed(check))} | {result} |"
+            f"| {md_cell(check.label)} | {md_cell(check.expected)} | "
+            f"{md_cell(_observed(check))} | {result} |"
         )
     lines += _page_lines(journal)
     lines += _detection_lines(journal)
@@ -121,19 +117,19 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
         lines += ["", "Straddling requests (counted where they met a fault, else where sent):"]
         for row in counted:
             if row["straddling"]:
-                why = "; ".join(_cell(e) for e in row["examples"])
+                why = "; ".join(md_cell(e) for e in row["examples"])
                 lines.append(f"- {row['phase']}: {row['straddling']} of {row['requests']} ({why})")
     if journal.aborted:
         lines += ["", f"Aborted: `{journal.aborted}`"]
     if journal.rollbacks.left:
         lines += ["", "Left in force after the drill (failed reverts, or a changed chain):"]
-        lines += [f"- {_cell(e)}" for e in journal.rollbacks.left]
+        lines += [f"- {md_cell(e)}" for e in journal.rollbacks.left]
     for action in journal.rollbacks.watchdog:
         done = "reverted" if action.get("event") == "reverted" else "could not revert"
         lines += [
             "",
             f"The run's watchdog {done} {action.get('kind')} on {action.get('target')}: "
-            f"{_cell(str(action.get('why')))}.",
+            f"{md_cell(str(action.get('why')))}.",
         ]
     if journal.rollbacks.swept:
         lines += [

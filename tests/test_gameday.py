@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from drills.gameday import load_plan
+from reports.gameday import render_html, render_markdown
 from tests.conftest import RunningStack, drills_cli, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,10 +138,16 @@ def test_a_game_day_with_rehearsed_and_live_checkpoints_and_notes(
     assert {"by": "checkpoint go-ahead", "passed": True} in by["before-you-start"]
     assert {"by": "tiny: error_rate during fault", "passed": True} in by["fallback"]
 
+    # Who saw it: the drill's detection matrix is on the day, and the day's report opens with
+    # it (200 ms on one replica at one user: no error; no Prometheus named, so no alerts read).
+    (row,) = steps["drill"]["detection"]
+    assert row["what"] == "toxiproxy.latency on vllm-0" and row["phase"] == "fault", row
     day_dir = Path(out.strip().splitlines()[-1].removeprefix("report: ")).parent
     html = (day_dir / "index.html").read_text()
     for text in ("Timeline, minute by minute", "never reached", "alice", "p99 jumped"):
         assert text in html
+    assert html.index("Who saw it, how fast") < html.index("<h2>Drills</h2>")
+    assert "toxiproxy.latency on vllm-0 (fault)" in html and "alerts not read" in html
     assert (day_dir / "runs").is_dir() and (day_dir / "junit.xml").exists()
     assert "banner" in (day_dir / "junit.xml").read_text()
     assert stack.toxics() == []
@@ -253,3 +260,78 @@ def test_the_shipped_plan_loads_with_its_rehearsal_answers() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "pre-answered: yes" in result.stdout
+
+
+def _sign(layer: str, after: float | None, what: str, runbook: str | None = None) -> dict:
+    return {"layer": layer, "after": after, "what": what, "runbook": runbook}
+
+
+def test_the_days_report_opens_with_who_was_paged_for_what_and_how_fast(tmp_path: Path) -> None:
+    """Rendered from a day's record alone: per drill and fault, the first sign, the alerts that
+    fired and the pages, each with its time and runbook step; a fault no one saw, and an alert
+    that fired but paged no one, stand out."""
+    runbook = "runbooks/gpu-pod-loss.md#replacement"
+    kill = {
+        "fault": 0,
+        "what": "process.kill on vllm-0",
+        "phase": "fault",
+        "applied_at": 100.0,
+        "detected": True,
+        "signs": [
+            _sign("client", None, "every answer during the fault was a normal one"),
+            _sign("engine, its metrics", 0.8, "vllm-0: its metrics stopped answering (refused)"),
+            _sign("alert pending", 1.9, "LLMEngineDown{instance=vllm-0}", runbook),
+            _sign("alert firing", 6.9, "LLMEngineDown{instance=vllm-0}", runbook),
+            _sign("page", 8.1, "LLMEngineDown reached the pager (receiver oncall)", runbook),
+        ],
+    }
+    slow = {
+        "fault": 0,
+        "what": "toxiproxy.latency on vllm-1",
+        "phase": "fault",
+        "applied_at": 200.0,
+        "detected": False,
+        "signs": [
+            _sign("client", None, "every answer during the fault was a normal one"),
+            _sign("alert firing", None, "nothing fired"),
+        ],
+    }
+    unpaged = {**slow, "what": "toxiproxy.down on vllm-1", "detected": True}
+    unpaged["signs"] = [
+        _sign("alert firing", 3.0, "LLMBreakerOpen{upstream=vllm-1}"),
+        _sign("page", None, "not read: the drill runs no pager"),
+    ]
+    day = {
+        "gameday": "g",
+        "title": "Quarterly",
+        "verdict": "failed",
+        "status": "completed",
+        "started_at": 0.0,
+        "ended_at": 600.0,
+        "steps": [
+            {"kind": "drill", "drill": "pod-loss", "verdict": "passed", "detection": [kill]},
+            {"kind": "drill", "drill": "latency", "verdict": "failed", "detection": [slow]},
+            {"kind": "drill", "drill": "hop-down", "verdict": "passed", "detection": [unpaged]},
+            {"kind": "drill", "drill": "not-run", "verdict": "error", "error": "refused"},
+        ],
+        "skipped": [],
+        "timeline": [],
+        "runbooks": [],
+        "notes": [],
+    }
+    html = render_html(day, tmp_path)
+    assert html.index("Who saw it, how fast") < html.index("<h2>Drills</h2>")
+    table = html[html.index('<table id="detection">') : html.index("</table>")]
+    rows = table.split("<tr")[2:]
+    assert len(rows) == 3, table
+    assert "engine, its metrics +0.8s: vllm-0: its metrics stopped answering" in rows[0]
+    assert f"LLMEngineDown{{instance=vllm-0}} +6.9s -&gt; {runbook}" in rows[0]
+    assert "LLMEngineDown reached the pager (receiver oncall) +8.1s" in rows[0]
+    assert 'class="fail"' in rows[1] and "not detected" in rows[1] and "no alert fired" in rows[1]
+    assert "names no runbook step" in rows[2] and "no pager ran" in rows[2]
+    md = render_markdown(day)
+    assert md.index("Who saw it, how fast") < md.index("| step | what | result |")
+    assert (
+        "| `latency` | toxiproxy.latency on vllm-1 (fault) | not detected | no alert fired | "
+        "nobody was paged |"
+    ) in md, md
