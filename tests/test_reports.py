@@ -226,3 +226,54 @@ def test_a_fault_whose_revert_said_nothing_still_renders(tmp_path: Path) -> None
     path.write_text(json.dumps(data))
     html = render(path)["html"].read_text()
     assert "at +20.010s</p>" in html and "(None)" not in html
+
+
+def test_the_journal_writes_probe_scrapes_in_columns_and_reads_them_back(tmp_path: Path) -> None:
+    """Format 3: each series once, its values in a column beside the scrape times; read back
+    into the same scrapes (a failed scrape, a NaN, a series a scrape carried twice included),
+    and a format-2 journal (every sample an object) is still read."""
+    path = journal(tmp_path)
+    data = json.loads(path.read_text())
+    t0 = data["t0"]
+    data["probes"] = [
+        {
+            "time": t0 + i,
+            "source": source,
+            "samples": [
+                {"name": "vllm:num_requests_waiting", "labels": {"engine": "0"}, "value": i},
+                {"name": "vllm:kv_cache_usage_perc", "labels": {}, "value": float("nan")},
+                {"name": "dup_total", "labels": {}, "value": 1.0},
+                {"name": "dup_total", "labels": {}, "value": 2.0},
+            ][: 4 if i % 2 else 1],
+            "error": None,
+            "ended": None,
+        }
+        for i in range(6)
+        for source in ("vllm-0", "gateway")
+    ] + [{"time": t0 + 2.5, "source": "vllm-0", "samples": [], "error": "refused", "ended": None}]
+    before = Journal.model_validate(data)
+    before.write(path)
+    written = json.loads(path.read_text())
+    assert written["format"] == 3
+    blocks = {b["source"]: b for b in written["probes"]}
+    assert blocks["vllm-0"]["times"][:3] == [t0, t0 + 1, t0 + 2]
+    assert blocks["vllm-0"]["errors"] == {"3": "refused"}
+    waiting, kv, dup, dup2 = blocks["vllm-0"]["series"]
+    assert waiting["name"] == "vllm:num_requests_waiting" and waiting["labels"] == {"engine": "0"}
+    assert waiting["values"] == [0.0, 1.0, 2.0, None, 3.0, 4.0, 5.0]
+    assert kv["values"][:3] == [None, "NaN", None]
+    assert (dup["values"][1], dup2["values"][1]) == (1.0, 2.0)
+    after = Journal.read(path)
+
+    def scrapes(j: Journal) -> list[tuple[float, str, str | None, list[tuple[str, str]]]]:
+        return sorted(
+            (p.time, p.source, p.error, sorted((s.name, repr(s.value)) for s in p.samples))
+            for p in j.probes
+        )
+
+    assert scrapes(after) == scrapes(before)
+    # A format-2 file (scrapes as objects) reads as it did.
+    legacy = json.loads(json.dumps(before.model_dump(), default=str).replace("NaN", "0"))
+    legacy["format"] = 2
+    assert isinstance(legacy["probes"][0]["samples"], list)
+    assert len(Journal.model_validate(legacy).probes) == len(before.probes) == 13
