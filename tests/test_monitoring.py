@@ -31,11 +31,13 @@ from tests.conftest import (
     processes_naming,
     run_attached,
     run_on_stack,
+    run_twin,
 )
-from tests.helpers import anchored, drill_account
+from tests.helpers import anchored, drill_account, twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
 DRILL = ROOT / "tests" / "scenarios" / "short-alerts.yaml"
+POD_LOSS_DRILL = ROOT / "scenarios" / "gpu-pod-loss.yaml"
 QUIET = "alert_quiet LLM.* during baseline"
 FIRED = "alert_fired LLMBreakerOpen {upstream=vllm-0} during fault"
 PAGED = "alert_paged LLMBreakerOpen {upstream=vllm-0} during fault"
@@ -270,7 +272,8 @@ def test_an_alert_the_team_fears_fails_the_detection_checks_named(
 def test_what_an_alert_check_cannot_judge_is_refused_before_anything_is_applied(
     monitoring: Monitoring, stack: RunningStack, tmp_path: Path
 ) -> None:
-    text = anchored(DRILL.read_text(), DRILL.parent)
+    # The drill without its twin (whose must_fail names the alert renamed below).
+    text = anchored(DRILL.read_text(), DRILL.parent).split("\ntwins:")[0] + "\n"
     # An alert that no loaded rule defines.
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(text.replace("alert: LLMEngineDown", "alert: LLMEngineGone"))
@@ -440,4 +443,80 @@ def test_on_the_embedded_stack_the_drill_starts_the_stacks_monitoring_itself(
     home = Path(journal["run_dir"]) / "monitoring"
     assert (home / "prometheus.yml").exists() and (home / "alertmanager.yml").exists()
     assert journal["pages"], journal["pages"]
+    assert processes_naming(home) == []
+
+
+@pytest.mark.parametrize(
+    ("twin", "message"),
+    [
+        (
+            f"{{name: t, monitoring: {{rules: [gone.yml]}}, must_fail: [{ON_PURPOSE}]}}",
+            "twins[0].monitoring.rules[0]: cannot read the rules file",
+        ),
+        (
+            f"{{name: t, monitoring: {{rules: [short-alerts.yaml]}}, must_fail: [{ON_PURPOSE}]}}",
+            "a Prometheus rules file is a mapping with 'groups'",
+        ),
+        (
+            "{name: t, monitoring: {rules: [r.yml], route: lost}, must_fail: [x]}",
+            "twins[0].monitoring.route",
+        ),
+        (
+            "{name: t, profile: sound, monitoring: {rules: [r.yml]}, must_fail: [x]}",
+            "a monitoring twin is the drill's own stack with other alert rules or route: not "
+            "another stack too (got profile)",
+        ),
+    ],
+)
+def test_a_monitoring_twin_that_cannot_run_is_refused_where_it_is_written(
+    twin: str, message: str, tmp_path: Path
+) -> None:
+    text = anchored(DRILL.read_text(), DRILL.parent).split("\ntwins:")[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"{text}\ntwins:\n  - {twin}\n")
+    (tmp_path / "short-alerts.yaml").write_text(DRILL.read_text())
+    (tmp_path / "r.yml").write_text(RULES.read_text())
+    out = subprocess.run(
+        drills_cli("validate", str(bad)), capture_output=True, text=True, env=isolated_env(tmp_path)
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = len(text.splitlines()) + 2
+    assert f"{bad}:{line}" in out.stderr and message in out.stderr, out.stderr
+
+
+def test_a_drill_that_asks_its_monitoring_nothing_has_no_monitoring_twin(tmp_path: Path) -> None:
+    text = anchored(POD_LOSS_DRILL.read_text(), POD_LOSS_DRILL.parent)
+    kept = [t for t in text.splitlines() if "check: alert_" not in t]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("\n".join(kept) + "\n")
+    (tmp_path / "monitoring").mkdir()
+    feared = POD_LOSS_DRILL.parent / "monitoring" / "feared-rules.yml"
+    (tmp_path / "monitoring" / "feared-rules.yml").write_text(feared.read_text())
+    out = subprocess.run(
+        drills_cli("validate", str(bad)), capture_output=True, text=True, env=isolated_env(tmp_path)
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "the drill asks its monitoring nothing (no promql or alert check)" in out.stderr
+    assert "twins[1].monitoring: " in out.stderr, out.stderr
+
+
+@pytest.mark.stack
+def test_a_route_that_drops_the_page_is_caught_by_the_drills_monitoring_twin(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    """The drill's monitoring twin on the embedded stack: the stack's own rules, and an
+    Alertmanager whose route sends every alert to a receiver with no integration. The breaker
+    alert fires and resolves as on the drill; nobody is paged, and the check that says so is
+    the one that fails (the twin holds)."""
+    out, journals = run_twin(DRILL, stack, tmp_path, "dropped-pages")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    (journal,) = journals
+    assert journal["twin"]["held"], twin_account(journal)
+    results = {c["label"]: c for c in journal["checks"]}
+    assert results[FIRED]["passed"] and results[RESOLVED]["passed"], drill_account(journal)
+    assert "the on-call was not paged" in results[PAGED]["reason"], results[PAGED]
+    assert journal["pages"] == []
+    home = Path(journal["run_dir"]) / "monitoring"
+    routed = yaml.safe_load((home / "alertmanager.yml").read_text())["route"]
+    assert routed["receiver"] == "nowhere", routed
     assert processes_naming(home) == []

@@ -39,6 +39,7 @@ def embedded_monitoring(
     home: Path,
     say: Callable[[str], None],
     beside: dict[str, Path] | None = None,
+    feared: tuple[list[Path], bool] | None = None,
 ) -> Iterator[StackEndpoints]:
     """``endpoints``, with the embedded stack's Prometheus, Alertmanager, pager and exporter
     while the block runs when the drill needs them and runs on the embedded stack (its
@@ -46,7 +47,10 @@ def embedded_monitoring(
 
     ``beside``: components of the drill that another supervisor runs (a twin's gateway beside
     the stack, ``drills.engine.sharing``), by name: their state directory. Prometheus scrapes
-    those, the ones the drill goes through, in place of the stack's own."""
+    those, the ones the drill goes through, in place of the stack's own.
+
+    ``feared``: a monitoring twin's rules files, in place of the stack's, and whether its
+    Alertmanager drops every page (``Twin.monitoring``)."""
     if (
         not needs_monitoring(scenario)
         or state_dir is None
@@ -61,7 +65,10 @@ def embedded_monitoring(
         targets.update(stack_targets(other))
     targets["drills"] = [f"127.0.0.1:{exporter}"]
     say("starting the stack's monitoring: Prometheus with its alert rules, and Alertmanager")
-    with start_monitoring(home, targets, f"http://127.0.0.1:{pager}/") as monitoring:
+    rules, dropped = feared if feared is not None else (None, False)
+    with start_monitoring(
+        home, targets, f"http://127.0.0.1:{pager}/", rules, drop_pages=dropped
+    ) as monitoring:
         say(f"Prometheus at {monitoring.prometheus}, Alertmanager at {monitoring.alertmanager}")
         yield dataclasses.replace(
             endpoints,

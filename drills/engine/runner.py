@@ -103,6 +103,7 @@ from drills.model.scenario import (
     check_adapter_hops,
     check_profile,
     check_targets,
+    twin_rules,
 )
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, Prepares, build
@@ -253,8 +254,12 @@ class Runner:
         state_dir = self._state_dir()
         home = run_dir / "monitoring"
         beside = self.options.component_states
+        twin = self.options.twin.twin if self.options.twin else None
+        feared = None
+        if twin is not None and twin.monitoring is not None:
+            feared = (twin_rules(twin, self.doc), twin.monitoring.route == "dropped")
         with embedded_monitoring(
-            self.scenario, endpoints, state_dir, home, self._say, beside
+            self.scenario, endpoints, state_dir, home, self._say, beside, feared
         ) as seen:
             return self._checked(run_dir, abort_path, seen, state_dir)
 

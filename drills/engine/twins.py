@@ -9,6 +9,8 @@ the loudest failure there is: the drill cannot tell a broken stack from a sound 
 How the twin's stack is had:
 
 - ``attach``: the drill's own attach fields, the twin's over them;
+- ``monitoring``: the drill's own stack, its monitoring started with the twin's alert rules
+  (and a route that drops the page, when it says so);
 - ``kubernetes``: the drill's stack (or the twin's ``attach`` fields over it), its kubernetes
   faults moved to the twin's namespace and context, where the stack is deployed broken;
 - ``profile``: when the twin's profile differs from the drill's only in its gateway and in
@@ -117,6 +119,13 @@ def twin_stack(
     if twin.litellm is not None:
         with _litellm(scenario, doc, twin, options) as (on_litellm, how):
             yield on_litellm, how
+        return
+    if twin.monitoring is not None:
+        # The drill's own stack; the runner starts its monitoring with the twin's rules and
+        # route (``drills.engine.monitoring``).
+        rules = ", ".join(twin.monitoring.rules)
+        dropped = "; Alertmanager drops every page" if twin.monitoring.route == "dropped" else ""
+        yield options, f"the drill's stack, its monitoring with the rules {rules}{dropped}"
         return
     moved = ""
     if twin.kubernetes is not None:

@@ -75,6 +75,7 @@ __all__ = [
     "Scenario",
     "Twin",
     "TwinKubernetes",
+    "TwinMonitoring",
     "check_adapter_hops",
     "check_profile",
     "check_targets",
@@ -82,6 +83,7 @@ __all__ = [
     "fault_models",
     "load_scenario",
     "scenario_schema",
+    "twin_rules",
     "waits_for_replacement",
 ]
 
@@ -1138,12 +1140,27 @@ class TwinKubernetes(_Model):
         return self
 
 
+class TwinMonitoring(_Model):
+    """Monitoring the team fears, for a drill that asks the embedded stack's monitoring: the
+    same stack, its Prometheus evaluating these rules in place of the stack's own, and its
+    Alertmanager's route dropping every page when ``route: dropped``."""
+
+    rules: list[str] = Field(min_length=1)
+    """Prometheus rules files (relative to the scenario), in place of
+    ``stack/monitoring/rules.yml``: a ``for`` of 10 minutes, a rule on a metric no target
+    exposes, an alert without its runbook_url."""
+    route: Literal["pager", "dropped"] = "pager"
+    """``dropped``: Alertmanager's route sends every alert to a receiver with no integration
+    (a route that swallows the page); ``pager``: to the harness's pager, as the drill's."""
+
+
 class Twin(_Model):
     """A broken stack the drill must fail on, and the checks that must catch it: the proof
     that the drill can fail (``drills run --twin``). The twin's stack is a stack profile
     (``profile``), a stack the user runs (``attach``, fields over the drill's own), a LiteLLM
     config (``litellm``), or, for a drill with kubernetes faults, the stack deployed broken in
-    another namespace or context (``kubernetes``, with ``attach`` when its gateway differs)."""
+    another namespace or context (``kubernetes``, with ``attach`` when its gateway differs);
+    or the drill's own stack watched by monitoring the team fears (``monitoring``)."""
 
     name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
     """How ``--twin NAME`` picks it; default: the profile's name, else ``attached``."""
@@ -1160,6 +1177,9 @@ class Twin(_Model):
     kubernetes: TwinKubernetes | None = None
     """The namespace or context, on the twin, of every kubernetes fault of the drill (a
     replica deployed without the controller that would replace it, say)."""
+    monitoring: TwinMonitoring | None = None
+    """The drill's own stack, its monitoring broken as a team fears (alert rules, a route
+    that drops the page): the detection checks must fail on it."""
     must_fail: list[str]
     """Labels of the drill's checks that must fail on the twin (``fallback_rate during
     fault``, ``stack_lint``): the twin passes when exactly these fail."""
@@ -1189,7 +1209,14 @@ class Twin(_Model):
     @model_validator(mode="after")
     def _one_stack(self) -> Twin:
         given = [f for f in ("profile", "attach", "litellm") if getattr(self, f) is not None]
-        if self.kubernetes is not None:
+        if self.monitoring is not None:
+            if given or self.kubernetes is not None:
+                raise ValueError(
+                    "a monitoring twin is the drill's own stack with other alert rules or "
+                    "route: not another stack too (got "
+                    f"{', '.join([*given, *(['kubernetes'] if self.kubernetes else [])])})"
+                )
+        elif self.kubernetes is not None:
             if given not in ([], ["attach"]):
                 raise ValueError(
                     "a Kubernetes twin is the drill's stack in another namespace or context, "
@@ -1212,6 +1239,8 @@ class Twin(_Model):
             return Path(self.profile or self.litellm or "").stem
         if self.kubernetes is not None:
             return str(self.kubernetes.namespace or self.kubernetes.context)
+        if self.monitoring is not None:
+            return "monitoring"
         return "attached"
 
 
@@ -1457,6 +1486,23 @@ class Scenario(_Model):
                 )
             if twin.kubernetes is not None:
                 yield from self._kubernetes_twin_problems(i, twin.kubernetes)
+            if twin.monitoring is not None and isinstance(self.stack, Attach):
+                yield (
+                    ("twins", i, "monitoring"),
+                    "the drill attaches to a stack the user runs, whose monitoring is the "
+                    "team's: a twin of it is another Prometheus or pager ('attach: "
+                    "{prometheus: URL}'); a monitoring twin replaces the embedded stack's own",
+                    None,
+                )
+            elif twin.monitoring is not None and not any(
+                c.query is not None or c.check in ALERT_FAMILIES for c in self.expect
+            ):
+                yield (
+                    ("twins", i, "monitoring"),
+                    "the drill asks its monitoring nothing (no promql or alert check): a "
+                    "monitoring twin has no check to fail",
+                    None,
+                )
             if twin.profile is not None and isinstance(self.stack, Attach):
                 yield (
                     ("twins", i, "profile"),
@@ -1619,6 +1665,34 @@ def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[st
     return []
 
 
+def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
+    """A monitoring twin's rules files (relative to the scenario file); none for another."""
+    base = doc.path.parent if doc is not None else Path.cwd()
+    return [base / rules for rules in (twin.monitoring.rules if twin.monitoring else [])]
+
+
+def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
+    import yaml
+
+    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+    path = (doc.path.parent if doc is not None else Path.cwd()) / value
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        return [
+            f"{where}{format_path(loc)}: cannot read the rules file {path}: {exc.strerror} "
+            f"(got {value!r})"
+        ]
+    except yaml.YAMLError as exc:
+        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
+    if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
+        return [
+            f"{where}{format_path(loc)}: {path}: a Prometheus rules file is a mapping with "
+            f"'groups' (a list of rule groups) (got {value!r})"
+        ]
+    return []
+
+
 def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
     """Each profile twin exists, and has every hop and component the drill's faults target
     except those its ``absent`` lists (and none of those): ``ConfigError`` located at the
@@ -1638,6 +1712,8 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
                 )
         if twin.litellm is not None:
             problems += _litellm_problems(twin.litellm, doc, ("twins", i, "litellm"))
+        for j, rules in enumerate(twin.monitoring.rules if twin.monitoring else []):
+            problems += _rules_problems(rules, doc, ("twins", i, "monitoring", "rules", j))
         profile = twin_profile(twin, doc)
         if profile is None:
             continue

@@ -71,19 +71,24 @@ def prometheus_config(
     return config
 
 
-def alertmanager_config(pager_url: str, group_wait: str = "1s") -> dict[str, Any]:
+def alertmanager_config(
+    pager_url: str, group_wait: str = "1s", drop_pages: bool = False
+) -> dict[str, Any]:
     """Alertmanager's configuration: every alert, each in a group of its own, sent to the
-    webhook at ``pager_url`` after ``group_wait``, and again when it resolves."""
+    webhook at ``pager_url`` after ``group_wait``, and again when it resolves. With
+    ``drop_pages`` the route sends them to ``nowhere``, a receiver with no integration: the
+    route that swallows the page, which a detection drill's twin must catch."""
     return {
         "route": {
-            "receiver": "pager",
+            "receiver": "nowhere" if drop_pages else "pager",
             "group_by": ["alertname"],
             "group_wait": group_wait,
             "group_interval": "1s",
             "repeat_interval": "1h",
         },
         "receivers": [
-            {"name": "pager", "webhook_configs": [{"url": pager_url, "send_resolved": True}]}
+            {"name": "pager", "webhook_configs": [{"url": pager_url, "send_resolved": True}]},
+            {"name": "nowhere"},
         ],
     }
 
@@ -124,15 +129,17 @@ def start_monitoring(
     interval: str = "1s",
     group_wait: str = "1s",
     ready_timeout: float = 60.0,
+    drop_pages: bool = False,
 ) -> Monitoring:
-    """Start an Alertmanager that pages ``pager_url`` and a Prometheus that scrapes
-    ``targets`` (job name to ``host:port`` list), evaluates ``rules`` (default: the stack's) and
-    sends to it; return once both answer ready. ``StackError`` (with the tail of its log) if
-    one exits or is not ready in ``ready_timeout`` seconds."""
+    """Start an Alertmanager that pages ``pager_url`` (``drop_pages``: its route drops the
+    pages) and a Prometheus that scrapes ``targets`` (job name to ``host:port`` list),
+    evaluates ``rules`` (default: the stack's) and sends to it; return once both answer
+    ready. ``StackError`` (with the tail of its log) if one exits or is not ready in
+    ``ready_timeout`` seconds."""
     home.mkdir(parents=True, exist_ok=True)
     am_port, prom_port = free_port(), free_port()
     (home / "alertmanager.yml").write_text(
-        yaml.safe_dump(alertmanager_config(pager_url, group_wait))
+        yaml.safe_dump(alertmanager_config(pager_url, group_wait, drop_pages))
     )
     config = prometheus_config(
         targets, rules if rules is not None else [RULES], f"127.0.0.1:{am_port}", interval
