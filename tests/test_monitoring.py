@@ -22,7 +22,13 @@ from drills.common.ports import free_port
 from drills.common.prometheus import PrometheusAPI
 from drills.lint_rules import metric_names
 from drills.model.references import runbook_problem
-from stack.monitoring import RULES, Monitoring, stack_targets, start_monitoring
+from stack.monitoring import (
+    RULES,
+    Monitoring,
+    prometheus_config,
+    stack_targets,
+    start_monitoring,
+)
 from stack.provision import ensure_prometheus
 from tests.conftest import (
     RunningStack,
@@ -520,3 +526,20 @@ def test_a_route_that_drops_the_page_is_caught_by_the_drills_monitoring_twin(
     routed = yaml.safe_load((home / "alertmanager.yml").read_text())["route"]
     assert routed["receiver"] == "nowhere", routed
     assert processes_naming(home) == []
+
+
+def test_a_monitoring_twins_rules_are_found_from_a_drill_named_relatively(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prometheus reads a relative rules path beside its own config and loads nothing when no
+    file is there, without a word: the twin's rules reach it absolute, found from the drill's
+    folder, whatever folder the drill was named from."""
+    from drills.model.scenario import load_scenario, twin_rules
+
+    monkeypatch.chdir(ROOT)
+    scenario, doc = load_scenario("scenarios/gpu-pod-loss.yaml")
+    (twin,) = [t for t in scenario.twins if t.monitoring is not None]
+    (rules,) = twin_rules(twin, doc)
+    assert rules == ROOT / "scenarios" / "monitoring" / "feared-rules.yml" and rules.exists()
+    config = prometheus_config({"vllm": ["127.0.0.1:1"]}, [Path("rel/rules.yml")], None)
+    assert config["rule_files"] == [str(ROOT / "rel" / "rules.yml")]

@@ -1668,7 +1668,7 @@ def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[st
 def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
     """A monitoring twin's rules files (relative to the scenario file); none for another."""
     base = doc.path.parent if doc is not None else Path.cwd()
-    return [base / rules for rules in (twin.monitoring.rules if twin.monitoring else [])]
+    return [(base / r).resolve() for r in (twin.monitoring.rules if twin.monitoring else [])]
 
 
 def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:

@@ -60,7 +60,9 @@ def prometheus_config(
     scraped and evaluated every ``interval``, alerts sent to ``alertmanager`` (``host:port``)."""
     config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [str(r) for r in rules],
+        # Absolute: Prometheus reads a relative path beside its own config file, and a glob
+        # that matches nothing loads no rules without a word.
+        "rule_files": [str(Path(r).resolve()) for r in rules],
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": hosts}]}
             for job, hosts in targets.items()
