@@ -198,7 +198,11 @@ def _load_line(load: dict[str, Any]) -> str:
 
 def describe(plan: dict[str, Any]) -> list[str]:
     """The plan as lines for a terminal."""
-    d = format_duration
+    def d(offset: float) -> str:
+        # Offsets on the timeline in seconds from its start, all in one unit: "2m - 140s"
+        # read as two clocks.
+        return f"{offset:g}s"
+
     lines = [f"drill {plan['drill']}: {plan['title']}  ({plan['file']})"]
     lines += _stack_lines(plan["stack"])
     lines.append(_load_line(plan["load"]))

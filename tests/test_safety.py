@@ -370,3 +370,18 @@ def test_a_closed_pipe_is_an_exit_code_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
     usage = subprocess.run(drills_cli("--help"), capture_output=True, text=True, timeout=60)
     assert "exit codes:" in usage.stdout and "3  a fault is still in force" in usage.stdout
+
+
+def test_the_dry_runs_timeline_reads_in_one_unit(tmp_path: Path) -> None:
+    """Offsets in seconds from the start, all of them: a phase at 120 s was printed '2m' beside
+    '140s', two clocks on one line."""
+    result = subprocess.run(
+        drills_cli("run", str(SHIPPED.parent / "gpu-pod-loss.yaml"), "--dry-run"),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "20s - 120s   phase fault" in result.stdout, result.stdout
+    assert "120s - 140s   phase recovery" in result.stdout, result.stdout
