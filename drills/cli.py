@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from drills.common.errors import (
     KillSwitch,
     StackNotRunning,
 )
+from drills.common.stats import CONFIDENCE
 from drills.engine.events import FOR_PEOPLE, RunEvent
 from drills.model.journal import FORMAT, Journal
 
@@ -128,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run the drill on its twin NAME (every twin without NAME): a stack broken on "
         "purpose; it passes when exactly the checks the twin names fail",
     )
+    _confidence_args(run)
 
     gate = commands.add_parser(
         "gate", help="CI resilience gate: run drills, write JUnit + summary, fail on any check"
@@ -157,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
         "--twins",
         action="store_true",
         help="run each drill on its twins too, after its own stack (a JUnit suite per twin)",
+    )
+    _confidence_args(gate)
+    gate.add_argument(
+        "--inconclusive",
+        choices=("pass", "fail"),
+        default="pass",
+        help="what a check that passed on too few requests to be sure does to the gate "
+        "(default pass: it passes as observed and is listed; fail: the gate fails)",
     )
 
     day = commands.add_parser(
@@ -546,6 +557,28 @@ def _faults(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _confidence_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--confidence",
+        type=_confidence,
+        default=CONFIDENCE,
+        help="the confidence of the checks' intervals (default 0.95): a check whose interval "
+        "reaches past its bound is inconclusive",
+    )
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a confidence from 0.5 to below 1 (0.95, 0.99)"
+        )
+    return value
+
+
 def _with_args(parser: argparse.ArgumentParser) -> None:
     from stack.config import OPTIONAL_PARTS
 
@@ -651,6 +684,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         stack_config=args.stack_config,
         keep_stack=getattr(args, "keep_stack", False),
         with_parts=frozenset(getattr(args, "with_parts", None) or ()),
+        confidence=getattr(args, "confidence", CONFIDENCE),
     )
 
 
@@ -708,6 +742,7 @@ def _allowed(plans: list[dict[str, Any]]) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from drills.gate import collect_scenarios, run_gate, validate_all, write_gate_reports
     from drills.model.scenario import load_scenario
+    from reports.common import interval_text
 
     if args.concurrency < 1:
         raise InputError(f"--concurrency: {args.concurrency}; expected 1 or more")
@@ -741,6 +776,7 @@ def _gate(args: argparse.Namespace) -> int:
         safety=args.safety,
         concurrency=args.concurrency,
         twins=args.twins,
+        inconclusive=args.inconclusive,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     paths = write_gate_reports(results, args.out)
@@ -759,6 +795,8 @@ def _gate(args: argparse.Namespace) -> int:
                 f"            FAIL {check.label}: observed {check.observed_text}, "
                 f"expected {check.expected}  runbook: {runbook}"
             )
+        for check in result.inconclusive_checks:
+            print(f"            UNSURE {check.label}: {interval_text(check)}")
     print(f"junit: {paths['junit']}")
     print(f"summary: {paths['markdown']}")
     return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED

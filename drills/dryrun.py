@@ -198,6 +198,7 @@ def _load_line(load: dict[str, Any]) -> str:
 
 def describe(plan: dict[str, Any]) -> list[str]:
     """The plan as lines for a terminal."""
+
     def d(offset: float) -> str:
         # Offsets on the timeline in seconds from its start, all in one unit: "2m - 140s"
         # read as two clocks.

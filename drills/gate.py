@@ -1,6 +1,13 @@
 """The CI resilience gate: run a set of drills, write one JUnit file and one summary, fail on any
 failed check.
 
+A check that passed on too few requests to be sure (its confidence interval reaches past the
+bound: ``CheckResult.conclusive`` is false) passes the gate by default, as its observed value
+says, and is listed as inconclusive; with ``inconclusive="fail"`` (``--inconclusive fail``) it
+fails the gate. The default is ``pass`` because a short drill in CI judges a few dozen requests,
+whose intervals are wide: failing on each would fail most gates on noise, and a gate that
+flakes is switched off. Teams that run drills long enough to be sure opt in to ``fail``.
+
 Every file is validated (schema, stack hops, safety policy) before the first drill starts: a gate
 with one bad file touches nothing. Drills share the stack, so by default they run one at a time;
 each runs in its own ``drills run`` process (a crash or a kill switch ends that drill, not the
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
+from drills.common.stats import CONFIDENCE
 from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
@@ -34,7 +42,8 @@ class GateResult:
     path: Path
     drill: str
     verdict: str
-    """passed, failed, aborted, interrupted, or ``error`` (the drill produced no journal)."""
+    """passed, failed, aborted, interrupted, ``error`` (the drill produced no journal), or
+    ``inconclusive`` (passed with a check that was not sure, under ``--inconclusive fail``)."""
     run_dir: Path | None
     journal: Journal | None
     exit_code: int
@@ -49,6 +58,12 @@ class GateResult:
     @property
     def failed_checks(self) -> list[CheckResult]:
         return [c for c in (self.journal.checks if self.journal else []) if not c.passed]
+
+    @property
+    def inconclusive_checks(self) -> list[CheckResult]:
+        """Checks that passed on too few requests to be sure (another run could turn them)."""
+        checks = self.journal.checks if self.journal else []
+        return [c for c in checks if c.passed and c.conclusive is False]
 
 
 def collect_scenarios(paths: list[Path]) -> list[Path]:
@@ -122,6 +137,8 @@ def _child_args(options: RunOptions, safety: Path | None) -> list[str]:
         args += ["--stack-config", options.stack_config]
     if safety is not None:
         args += ["--safety", str(safety)]
+    if options.confidence != CONFIDENCE:
+        args += ["--confidence", repr(options.confidence)]
     return args
 
 
@@ -133,10 +150,13 @@ def run_gate(
     safety: Path | None = None,
     concurrency: int = 1,
     twins: bool = False,
+    inconclusive: str = "pass",
     say: Callable[[str], None] = lambda line: None,
 ) -> list[GateResult]:
     """Run each drill in its own process, at most ``concurrency`` at once, each followed by
-    its twins (``twins``); return the results in the order of ``files``."""
+    its twins (``twins``); return the results in the order of ``files``. With
+    ``inconclusive="fail"`` a drill that passed with an inconclusive check is ``inconclusive``
+    (a failed gate)."""
     from reports import load_journal
 
     runs = out / "runs"
@@ -164,9 +184,12 @@ def run_gate(
         code = _child([*command, *extra], log, say if concurrency == 1 else None)
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
-        verdict = journal.verdict if journal else "error"
+        verdict: str = journal.verdict if journal else "error"
         if journal is not None and twin:
             verdict = "passed" if journal.twin and journal.twin.held else "failed"
+        unsure = GateResult(path, scenario.drill, verdict, None, journal, code).inconclusive_checks
+        if inconclusive == "fail" and not twin and verdict == "passed" and unsure:
+            verdict = "inconclusive"
         say(
             f"[gate] {name}: {verdict} after {time.monotonic() - started:.0f}s"
             + ("" if journal else f" (no journal; exit code {code}; see {log})")
@@ -236,7 +259,40 @@ def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
     # A drill that left no journal still fails the JUnit file: CI must not see fewer tests.
     if any(r.journal is None for r in results):
         _append_errors(junit, [r for r in results if r.journal is None])
+    unsure = [r for r in results if r.verdict == "inconclusive"]
+    if unsure:
+        _append_inconclusive(junit, unsure)
     return {"junit": junit, "markdown": summary}
+
+
+def _append_inconclusive(junit: Path, results: list[GateResult]) -> None:
+    """A suite of the gate's own: a failed case per check that passed without being sure,
+    under ``--inconclusive fail``."""
+    from xml.etree import ElementTree as ET
+
+    from reports.common import interval_text
+
+    root = ET.fromstring(junit.read_text())
+    checks = [(r, c) for r in results for c in r.inconclusive_checks]
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name="gate:inconclusive",
+        tests=str(len(checks)),
+        failures=str(len(checks)),
+    )
+    for result, check in checks:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"drills.{result.drill}", name=f"{check.label} is sure"
+        )
+        failure = ET.SubElement(
+            case, "failure", message=f"inconclusive: {interval_text(check)} (--inconclusive fail)"
+        )
+        failure.text = f"observed {check.observed_text}, expected {check.expected}"
+    root.set("failures", str(int(root.get("failures", "0")) + len(checks)))
+    root.set("tests", str(int(root.get("tests", "0")) + len(checks)))
+    ET.indent(root)
+    junit.write_text('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, "unicode"))
 
 
 def _append_errors(junit: Path, broken: list[GateResult]) -> None:

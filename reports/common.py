@@ -44,7 +44,8 @@ def interval_text(check: CheckResult) -> str:
         return f"{value:.3f}" if check.check.endswith("_rate") else fmt_seconds(value)
 
     low, high = check.interval
-    text = f"95% CI {shown(low, 'lower')} to {shown(high, 'upper')}, n={check.samples}"
+    level = f"{(check.confidence or 0.95) * 100:g}%"
+    text = f"{level} CI {shown(low, 'lower')} to {shown(high, 'upper')}, n={check.samples}"
     return text if check.conclusive else f"{text}: not conclusive, too few requests to be sure"
 
 

@@ -136,3 +136,43 @@ def test_a_gates_children_are_attached_as_the_gate_was(tmp_path: Path) -> None:
     )
     args = _child_args(RunOptions(out_dir=tmp_path, attach=attach), None)
     assert args == ["--gateway", "http://gw:4000", "--prometheus", "http://prom:9090"]
+
+
+@pytest.mark.stack
+def test_a_gate_that_must_be_sure_fails_on_a_check_that_passed_by_luck(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    """The tiny drill judges a handful of requests per phase: no error among at most 8 is
+    'below 0.5' at 95% (Wilson's upper bound 0.32 at 8), not at 99.9% (0.58). With
+    --inconclusive fail the gate fails on it, names the check and its interval, and says so
+    in JUnit; each check still passed as observed."""
+    result = subprocess.run(
+        drills_cli(
+            "gate",
+            str(TINY),
+            *stack.attach_args(),
+            "--confidence",
+            "0.999",
+            "--inconclusive",
+            "fail",
+            "--out",
+            str(tmp_path / "gate"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert "INCONCLUSIVE tiny" in out, out
+    assert "UNSURE error_rate during fault: 99.9% CI 0.000 to 0." in out, out
+    assert "not conclusive, too few requests to be sure" in out
+    root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()
+    (unsure,) = [s for s in root if s.get("name") == "gate:inconclusive"]
+    cases = {c.get("name") for c in unsure}
+    assert "error_rate during fault is sure" in cases, cases
+    assert all(c.find("failure") is not None for c in unsure)
+    drill = next(s for s in root if s.get("name") == "drill:tiny")
+    assert drill.get("failures") == "0"  # every check passed as observed
+    assert stack.toxics() == []

@@ -15,7 +15,7 @@ from itertools import pairwise
 from typing import Any
 
 from drills.common.hop import HopRecord
-from drills.common.stats import percentile
+from drills.common.stats import CONFIDENCE, percentile
 from drills.model.check_families import families
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
@@ -82,6 +82,8 @@ class Evaluation:
     """The team's Prometheus, which ``promql`` checks query (``stack.attach.prometheus``)."""
     pages: list[Page] | None = None
     """What the harness's pager received during the run (``None``: no pager ran)."""
+    confidence: float = CONFIDENCE
+    """The confidence of the intervals the checks report (``--confidence``)."""
 
     def __post_init__(self) -> None:
         charge(self.records, self.phases, self.faults)

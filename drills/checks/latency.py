@@ -46,9 +46,13 @@ def check_latency(check: Check, ev: Evaluation) -> CheckResult:
     judged = result(check, "latency", percentile(values, pct), len(values))
     if metric == "itl":  # a stream's gaps are not independent samples: no interval
         return judged
-    low, high = quantile_interval(values, pct / 100)
+    low, high = quantile_interval(values, pct / 100, ev.confidence)
     return judged.model_copy(
-        update={"interval": (low, high), "conclusive": conclusive(check, low, high)}
+        update={
+            "interval": (low, high),
+            "conclusive": conclusive(check, low, high),
+            "confidence": ev.confidence,
+        }
     )
 
 

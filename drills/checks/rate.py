@@ -29,8 +29,12 @@ def check_rate(check: Check, ev: Evaluation) -> CheckResult:
         hits = sum(r.truncated for r in records)
     else:
         hits = sum(not is_error(r) and not r.fallback for r in records)
-    low, high = wilson(hits, len(records))
+    low, high = wilson(hits, len(records), ev.confidence)
     judged = result(check, "rate", hits / len(records), len(records))
     return judged.model_copy(
-        update={"interval": (low, high), "conclusive": conclusive(check, low, high)}
+        update={
+            "interval": (low, high),
+            "conclusive": conclusive(check, low, high),
+            "confidence": ev.confidence,
+        }
     )

@@ -23,6 +23,7 @@ from drills.common.errors import (
 )
 from drills.common.hop import HopClient
 from drills.common.redact import redact_url
+from drills.common.stats import CONFIDENCE
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
 from drills.engine.events import EventHandler
@@ -123,6 +124,8 @@ class RunOptions:
     (``--with``; a game day or gate: what its other drills need). ``drills.engine.parts``."""
     twin: TwinPlan | None = None
     """Set when this run is on one of the drill's twins (``drills.engine.twin_plan``)."""
+    confidence: float = CONFIDENCE
+    """The confidence of the checks' intervals (``--confidence``; ``drills.common.stats``)."""
     component_states: dict[str, Path] = field(default_factory=dict)
     """Components of the stack that another supervisor runs, by name: its state directory
     (the gateway of a profile run beside a running stack, ``drills.engine.sharing``)."""

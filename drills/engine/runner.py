@@ -638,6 +638,7 @@ class Runner:
             self._l7_hops,
             endpoints.prometheus,
             self._pager.received() if self._pager is not None else None,
+            self.options.confidence,
         )
 
     @staticmethod

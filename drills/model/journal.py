@@ -224,14 +224,18 @@ class CheckResult(_Model):
     disagrees: bool = False
     """The gateway's claim and the harness's observation disagree (shown in the report)."""
     interval: tuple[float | None, float | None] | None = None
-    """Where the true value lies at 95% confidence: a share of requests from its count and
-    ``samples`` (Wilson score interval); a time-to-first-token or end-to-end percentile from
-    the requests' order statistics, a side ``None`` where too few requests bound it (a p99 from
-    40 requests has no upper bound). ``None`` for checks of other kinds."""
+    """Where the true value lies at ``confidence`` (95% unless ``--confidence``): a share of
+    requests from its count and ``samples`` (Wilson score interval); a time-to-first-token or
+    end-to-end percentile from the requests' order statistics, a side ``None`` where too few
+    requests bound it (a p99 from 40 requests has no upper bound). ``None`` for checks of
+    other kinds."""
     conclusive: bool | None = None
     """With an interval: whether all of it lies on the verdict's side of the bound. ``False``
     is a verdict that another run of the same drill could turn (too few requests to tell);
-    the reports say so. The verdict itself is the observed value's."""
+    the reports say so, and ``drills gate --inconclusive fail`` fails on it. The verdict
+    itself is the observed value's."""
+    confidence: float | None = None
+    """The confidence of ``interval`` (``None``: 0.95, in journals from before it was kept)."""
 
 
 class LoadProcessHealth(_Model):
