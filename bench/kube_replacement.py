@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from drills.common.kube import KubeClient, load_kubeconfig
-from drills.model.scenario import KubernetesFault
+from drills.model.faults import KubernetesFault
 from injectors.base import InjectionContext, build
 from stack.kube import KwokCluster, ensure_kube_binaries
 from tests.kube_env import MANIFESTS, node

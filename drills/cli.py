@@ -742,7 +742,6 @@ def _allowed(plans: list[dict[str, Any]]) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from drills.gate import collect_scenarios, run_gate, validate_all, write_gate_reports
     from drills.model.scenario import load_scenario
-    from reports.common import interval_text
 
     if args.concurrency < 1:
         raise InputError(f"--concurrency: {args.concurrency}; expected 1 or more")
@@ -782,6 +781,16 @@ def _gate(args: argparse.Namespace) -> int:
     paths = write_gate_reports(results, args.out)
     if args.json:
         return _print_gate_json(results, paths)
+    _print_gate_results(results)
+    print(f"junit: {paths['junit']}")
+    print(f"summary: {paths['markdown']}")
+    return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED
+
+
+def _print_gate_results(results: list[Any]) -> None:
+    """Each drill's verdict, with its failed checks and the ones it passed without being sure."""
+    from reports.common import interval_text
+
     for result in results:
         print(f"{result.verdict.upper():11} {result.name}  ({result.path})")
         outcome = result.journal.twin if result.journal else None
@@ -797,9 +806,6 @@ def _gate(args: argparse.Namespace) -> int:
             )
         for check in result.inconclusive_checks:
             print(f"            UNSURE {check.label}: {interval_text(check)}")
-    print(f"junit: {paths['junit']}")
-    print(f"summary: {paths['markdown']}")
-    return EXIT_OK if all(r.verdict == "passed" for r in results) else EXIT_FAILED
 
 
 def _print_gate_json(results: list[Any], paths: dict[str, Path]) -> int:

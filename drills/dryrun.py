@@ -196,14 +196,16 @@ def _load_line(load: dict[str, Any]) -> str:
     return f"  load: {sent}, warm-up {format_duration(load['warmup'])} (counts in no window)"
 
 
+def _offset(seconds: float) -> str:
+    """An offset on the timeline, in seconds from its start, every one in the same unit ("2m"
+    beside "140s" read as two clocks)."""
+    return f"{seconds:g}s"
+
+
 def describe(plan: dict[str, Any]) -> list[str]:
     """The plan as lines for a terminal."""
 
-    def d(offset: float) -> str:
-        # Offsets on the timeline in seconds from its start, all in one unit: "2m - 140s"
-        # read as two clocks.
-        return f"{offset:g}s"
-
+    d = _offset
     lines = [f"drill {plan['drill']}: {plan['title']}  ({plan['file']})"]
     lines += _stack_lines(plan["stack"])
     lines.append(_load_line(plan["load"]))

@@ -154,9 +154,7 @@ def run_gate(
     say: Callable[[str], None] = lambda line: None,
 ) -> list[GateResult]:
     """Run each drill in its own process, at most ``concurrency`` at once, each followed by
-    its twins (``twins``); return the results in the order of ``files``. With
-    ``inconclusive="fail"`` a drill that passed with an inconclusive check is ``inconclusive``
-    (a failed gate)."""
+    its twins (``twins``); the results in the order of ``files`` (``_verdict``)."""
     from reports import load_journal
 
     runs = out / "runs"
@@ -184,12 +182,7 @@ def run_gate(
         code = _child([*command, *extra], log, say if concurrency == 1 else None)
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
-        verdict: str = journal.verdict if journal else "error"
-        if journal is not None and twin:
-            verdict = "passed" if journal.twin and journal.twin.held else "failed"
-        unsure = GateResult(path, scenario.drill, verdict, None, journal, code).inconclusive_checks
-        if inconclusive == "fail" and not twin and verdict == "passed" and unsure:
-            verdict = "inconclusive"
+        verdict = _verdict(journal, twin, inconclusive)
         say(
             f"[gate] {name}: {verdict} after {time.monotonic() - started:.0f}s"
             + ("" if journal else f" (no journal; exit code {code}; see {log})")
@@ -208,6 +201,20 @@ def run_gate(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(one, i, p, s, t) for i, (p, s, t) in enumerate(jobs)]
         return [f.result() for f in futures]
+
+
+def _verdict(journal: Journal | None, twin: str | None, inconclusive: str) -> str:
+    """A drill's verdict in the gate: its journal's (``error`` without one); on a twin,
+    whether the twin held; ``inconclusive`` for a drill that passed with a check that was not
+    sure, when the gate's policy fails those."""
+    if journal is None:
+        return "error"
+    if twin:
+        return "passed" if journal.twin and journal.twin.held else "failed"
+    unsure = any(c.passed and c.conclusive is False for c in journal.checks)
+    if inconclusive == "fail" and journal.verdict == "passed" and unsure:
+        return "inconclusive"
+    return journal.verdict
 
 
 def _child(argv: list[str], log: Path, say: Callable[[str], None] | None) -> int:

@@ -284,7 +284,7 @@ def factory_for(kind: str) -> Factory:
 def plugin_specs() -> list[Any]:
     """The fault models (``spec``) of the injectors registered here or by entry point (those
     that load); the built-in families' models are the scenario's own
-    (``drills.model.scenario.BUILTIN_FAULTS``)."""
+    (``drills.model.faults.BUILTIN_FAULTS``)."""
     factories = [*_EXTRA.values(), *PLUGINS.load_all().values()]
     return [s for s in (getattr(f, "spec", None) for f in factories) if s is not None]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from drills.common.errors import InputError, RevertError, ToxiproxyError
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
-from drills.model.scenario import DownFault
+from drills.model.faults import DownFault
 from injectors.base import InjectionContext
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]

@@ -18,7 +18,7 @@ import pytest
 from drills.common.docker import DockerClient, DockerError
 from drills.common.errors import InjectionFailed, InputError, SafetyViolation
 from drills.engine.ledger import Ledger
-from drills.model.scenario import DockerFault
+from drills.model.faults import DockerFault
 from injectors.base import InjectionContext, build
 from tests.conftest import drills_cli, free_port, isolated_env
 from tests.docker_env import IMAGE, NETWORK, DockerEnv, SshDocker

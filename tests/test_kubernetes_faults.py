@@ -23,7 +23,8 @@ from drills.common.errors import (
     KubeError,
     SafetyViolation,
 )
-from drills.model.scenario import KubernetesFault, load_scenario
+from drills.model.faults import KubernetesFault
+from drills.model.scenario import load_scenario
 from injectors.base import InjectionContext, build
 from stack.config import StackConfig
 from tests.conftest import drills_cli, isolated_env, run_drill

@@ -25,8 +25,9 @@ from drills.common.ports import free_port
 from drills.load import LoadProcess, RecordReader
 from drills.load.arrivals import dispersion
 from drills.load.report import load_report
+from drills.model.load import RemoteWorkers
 from drills.model.records import Record
-from drills.model.scenario import FallbackRule, LoadConfig, RemoteWorkers
+from drills.model.scenario import FallbackRule, LoadConfig
 from tests.conftest import drills_cli
 from tests.test_open_loop import upstream as upstream  # the stub upstream fixture
 

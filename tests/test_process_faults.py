@@ -18,7 +18,8 @@ from drills.common.errors import InjectionFailed
 from drills.engine.ledger import Ledger
 from drills.engine.options import RunOptions
 from drills.engine.runner import Runner
-from drills.model.scenario import ProcessFreezeFault, load_scenario
+from drills.model.faults import ProcessFreezeFault
+from drills.model.scenario import load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control

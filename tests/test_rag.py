@@ -329,7 +329,7 @@ def test_a_crashed_agent_task_resumes_where_it_stopped(
 def test_tool_saturate_floods_within_its_bound_and_stops_on_revert(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    from drills.model.scenario import ToolSaturateFault
+    from drills.model.faults import ToolSaturateFault
 
     fault = ToolSaturateFault.model_validate(
         {"kind": "tool.saturate", "target": "search_kb", "concurrency": 8}

@@ -37,14 +37,8 @@ from drills.model.gateways import GatewayAdapter
 from drills.model.journal import (
     StackInfo,
 )
-from drills.model.scenario import (
-    Attach,
-    PrometheusEndpoint,
-    Scenario,
-    SpikeShape,
-    expand_env,
-    toxiproxy_faults,
-)
+from drills.model.load import SpikeShape
+from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, expand_env, toxiproxy_faults
 
 __all__ = [
     "RunOptions",

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from drills.model.scenario import Scenario, ToolSaturateFault
+from drills.model.faults import ToolSaturateFault
+from drills.model.scenario import Scenario
 from stack.config import StackConfig
 
 __all__ = ["RAG_CHECKS", "needed_parts"]

@@ -12,38 +12,23 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
-    PlainValidator,
-    SerializeAsAny,
     Tag,
-    TypeAdapter,
-    ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from drills.common.errors import ConfigError
-from drills.common.hop import (
-    CutRule,
-    FirstTokenDelayRule,
-    MalformedRule,
-    StallRule,
-    StatusRule,
-    WedgeRule,
-)
 from drills.common.plugins import PluginError
-from drills.common.units import Duration, Size, parse_duration
+from drills.common.units import Duration, parse_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import (
     ALERT_FAMILIES,
@@ -54,9 +39,23 @@ from drills.model.check_families import (
     known_checks,
     plugin_problems,
 )
+from drills.model.faults import (
+    BUILTIN_FAULTS,
+    HOP_FAULTS,
+    KILL_KINDS,
+    REPLACED_KINDS,
+    Fault,
+    FaultSpec,
+    KubernetesFault,
+    KubernetesScope,
+    fault_models,
+    waits_for_replacement,
+)
 from drills.model.gateways import GatewayAdapter, known_adapters, merged
+from drills.model.load import FallbackRule, LoadConfig, ResumePolicy
 from drills.model.records import Record
 from drills.model.references import scenario_references
+from drills.model.spec import SpecModel as _Model
 
 __all__ = [
     "BUILTIN_FAULTS",
@@ -94,643 +93,6 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def expand_env(value: str) -> str:
     """``${NAME}`` replaced by the environment's value (checked to exist at validation)."""
     return ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
-
-
-class _Model(BaseModel):
-    # Attribute docstrings become the schema's descriptions (hover text in an editor).
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-
-# -- faults ---------------------------------------------------------------------------------
-
-
-class FaultSpec(_Model):
-    """The fields every fault has. A fault family's model subclasses it and narrows ``kind``
-    to its own ``Literal``; a third-party family does the same and names the model as the
-    ``spec`` attribute of its injector (``injectors.base``), so that its faults validate, with
-    file:line errors, exactly like the built-in ones."""
-
-    kind: str
-    target: str = Field(min_length=1)
-    at: Duration = 0.0
-    """Offset from the start of the phase."""
-    for_: Duration | None = Field(default=None, alias="for")
-    """How long the fault lasts; by default until the phase ends."""
-
-    @field_validator("for_")
-    @classmethod
-    def _window(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError(
-                "a fault lasts longer than 0s (e.g. for: 10s); leave 'for' out to keep it "
-                "until its phase ends"
-            )
-        return value
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
-    )
-
-
-class _ToxicBase(FaultSpec):
-    """A Toxiproxy fault; ``target`` is the proxy (a hop of the stack: vllm-0, backup, ...)."""
-
-    stream: Literal["upstream", "downstream"] = "downstream"
-    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
-
-    def toxic_attributes(self) -> dict[str, int]:
-        """Toxiproxy's attributes for this toxic, in Toxiproxy's own units."""
-        return {}
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-class LatencyFault(_ToxicBase):
-    kind: Literal["toxiproxy.latency"]
-    latency: Duration
-    jitter: Duration = 0.0
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"latency": _ms(self.latency), "jitter": _ms(self.jitter)}
-
-
-class DownFault(_ToxicBase):
-    """The hop is cut: the proxy stops listening (connections are refused)."""
-
-    kind: Literal["toxiproxy.down"]
-
-
-class TimeoutFault(_ToxicBase):
-    """Data stops flowing; the connection is closed after ``timeout`` (0: held open forever)."""
-
-    kind: Literal["toxiproxy.timeout"]
-    timeout: Duration = 0.0
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"timeout": _ms(self.timeout)}
-
-
-class BandwidthFault(_ToxicBase):
-    kind: Literal["toxiproxy.bandwidth"]
-    rate: Size
-    """Bytes per second (Toxiproxy counts in KB/s; rounded down, at least 1)."""
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"rate": max(1, self.rate // 1000)}
-
-
-class ResetPeerFault(_ToxicBase):
-    kind: Literal["toxiproxy.reset_peer"]
-    timeout: Duration = 0.0
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"timeout": _ms(self.timeout)}
-
-
-class SlowCloseFault(_ToxicBase):
-    kind: Literal["toxiproxy.slow_close"]
-    delay: Duration
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"delay": _ms(self.delay)}
-
-
-class SlicerFault(_ToxicBase):
-    kind: Literal["toxiproxy.slicer"]
-    average_size: Size
-    size_variation: Size = 0
-    delay: Duration = 0.0
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {
-            "average_size": self.average_size,
-            "size_variation": self.size_variation,
-            "delay": round(self.delay * 1_000_000),  # microseconds
-        }
-
-
-class LimitDataFault(_ToxicBase):
-    kind: Literal["toxiproxy.limit_data"]
-    bytes: Size
-
-    def toxic_attributes(self) -> dict[str, int]:
-        return {"bytes": self.bytes}
-
-
-class _HopFault(FaultSpec):
-    """A per-request fault of the harness's L7 hop (``drills.hop``); ``target`` is the hop (a
-    model upstream: vllm-0, backup, ...). The rule's own fields come first in each subclass's
-    bases, so that its ``kind`` is the one that counts."""
-
-    def rule(self) -> dict[str, Any]:
-        """What the hop's control API is sent (the rule's fields, in its units)."""
-        fields = set(type(self).model_fields) - set(FaultSpec.model_fields) | {"kind"}
-        return self.model_dump(mode="json", include=fields)
-
-
-class HopStatusFault(StatusRule, _HopFault):
-    """Model calls answered with an HTTP error by the hop (429 with ``retry_after``, 500, 503)."""
-
-    kind: Literal["hop.status"]
-
-
-class HopFirstTokenDelayFault(FirstTokenDelayRule, _HopFault):
-    """The first token (and the headers) of each answer held back for ``delay``."""
-
-    kind: Literal["hop.first_token_delay"]
-
-
-class HopStallFault(StallRule, _HopFault):
-    """The stream stops for ``duration`` after ``after_chunks`` events (a hung decode)."""
-
-    kind: Literal["hop.stall"]
-
-
-class HopCutFault(CutRule, _HopFault):
-    """The stream ends after ``after_chunks`` events, cleanly (``clean: true``) or not."""
-
-    kind: Literal["hop.cut"]
-
-
-class HopMalformedFault(MalformedRule, _HopFault):
-    """One event of the stream is not JSON."""
-
-    kind: Literal["hop.malformed"]
-
-
-class HopWedgeFault(WedgeRule, _HopFault):
-    """Model calls hang while ``/health`` answers 200 (the wedged engine)."""
-
-    kind: Literal["hop.wedge"]
-
-
-HOP_FAULTS: tuple[type[FaultSpec], ...] = (
-    HopStatusFault,
-    HopFirstTokenDelayFault,
-    HopStallFault,
-    HopCutFault,
-    HopMalformedFault,
-    HopWedgeFault,
-)
-
-
-class ProcessKillFault(FaultSpec):
-    """Kill a component of the embedded stack (``target``: vllm-0, vllm-1, gateway, ...), its
-    whole process group, the way a node loss or an OOM kill takes it. The supervisor brings a
-    replacement up; the window (``for``, or the rest of the phase) is the time the drill watches
-    the stack carry on without it."""
-
-    kind: Literal["process.kill"]
-    signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    grace: Duration = 10.0
-    """With SIGTERM: how long the process may take to exit before SIGKILL follows."""
-
-
-class ProcessFreezeFault(FaultSpec):
-    """Freeze a component (SIGSTOP on its process group): the hung worker that still holds its
-    port and its connections. Thawed (SIGCONT) when the window ends."""
-
-    kind: Literal["process.freeze"]
-
-
-PROCESS_KINDS = ("process.kill", "process.freeze")
-KILL_KINDS = ("process.kill", "docker.kill", "docker.stop", "kubernetes.delete_pod")
-REPLACED_KINDS = ("process.kill", "docker.kill", "docker.restart", "kubernetes.delete_pod")
-"""The built-in kinds whose injectors say during the run when their target is back
-(``Recovers``), as a phase with ``until: replaced`` needs (a plugin's kind may too)."""
-BUILTIN_FAMILIES = ("toxiproxy", "hop", "process", "docker", "kubernetes", "gpu", "tool")
-
-
-def waits_for_replacement(kind: str) -> bool:
-    """Whether a phase with ``until: replaced`` waits for a fault of ``kind``: a built-in kill,
-    or a plugin's kind (whose injector says whether it can tell, ``Recovers``)."""
-    return kind in REPLACED_KINDS or kind.split(".")[0] not in BUILTIN_FAMILIES
-
-
-"""Faults whose target is replaced by the orchestrator (``replacement_ready_within``)."""
-
-
-class DockerFault(FaultSpec):
-    """A fault on containers. ``target`` selects them: a container name, or
-    ``label:KEY=VALUE[,KEY=VALUE]``; ``mode`` says how many of those matched are hit."""
-
-    kind: Literal[
-        "docker.kill", "docker.stop", "docker.restart", "docker.pause", "docker.disconnect"
-    ]
-    mode: Literal["one", "all"] = "one"
-    signal: str = Field(default="SIGKILL", pattern=r"^SIG[A-Z0-9]+$")
-    """docker.kill: the signal."""
-    grace: Duration = 10.0
-    """docker.stop / docker.restart: time to exit after SIGTERM."""
-    network: str | None = None
-    """docker.disconnect: the network to cut (default: every network of the container)."""
-    host: str | None = Field(default=None, pattern=r"^(unix|tcp|ssh|http|https)://.+")
-    """The Docker daemon: ``unix:///path``, ``tcp://HOST:PORT`` (TLS from ``DOCKER_TLS_VERIFY``
-    and ``DOCKER_CERT_PATH``) or ``ssh://USER@HOST``; its host must be in the safety policy's
-    ``allowed_hosts``. Default: ``$DOCKER_HOST``, else the current Docker context, else the
-    local socket."""
-
-    @property
-    def selector(self) -> tuple[str | None, dict[str, str]]:
-        """``(name, labels)`` for the Docker API."""
-        if not self.target.startswith("label:"):
-            return self.target, {}
-        labels: dict[str, str] = {}
-        for pair in self.target.removeprefix("label:").split(","):
-            key, _, value = pair.partition("=")
-            labels[key.strip()] = value.strip()
-        return None, labels
-
-    @model_validator(mode="after")
-    def _selector_syntax(self) -> DockerFault:
-        if self.target.startswith("label:"):
-            pairs = self.target.removeprefix("label:").split(",")
-            if not all("=" in p and p.split("=", 1)[0].strip() for p in pairs):
-                raise ValueError(
-                    f"target {self.target!r}: a label selector is label:KEY=VALUE[,KEY=VALUE]"
-                )
-        if self.network is not None and self.kind != "docker.disconnect":
-            raise ValueError("'network' applies to docker.disconnect only")
-        return self
-
-
-class GpuMemoryPressureFault(FaultSpec):
-    """Hold ``share`` of GPU ``target``'s memory (a device index) for the window: the KV cache
-    squeezed by another tenant. Released on revert."""
-
-    kind: Literal["gpu.memory_pressure"]
-    target: str = Field(pattern=r"^[0-9]+$")
-    share: float = Field(gt=0, le=0.95)
-
-
-class ToolSaturateFault(FaultSpec):
-    """Flood MCP tool ``target`` (``search_kb``, ...) with ``concurrency`` calls at once for the
-    window, as another tenant's agents would; stopped on revert."""
-
-    kind: Literal["tool.saturate"]
-    target: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    concurrency: int = Field(default=16, ge=1, le=256)
-    """Sessions the flood opens, and calls it keeps in flight (fewer with ``queue_wait``)."""
-    queue_wait: Duration | None = Field(default=None, gt=0)
-    """Size the flood to the tool server's speed: before the drill, time a burst of calls,
-    and keep ``queue_wait`` x the measured calls per second in flight (at most
-    ``concurrency``), so that a call arriving in the window waits about this long whatever
-    the machine. Unset: all ``concurrency`` sessions call at once."""
-    arguments: dict[str, Any] = Field(
-        default_factory=lambda: {"query": "what do I do when the model answers slowly?"}
-    )
-    agent: str = "flood"
-    """The agent id the flood calls as (it must be allowed the tool)."""
-    call_timeout: Duration = 30.0
-    url: str | None = None
-    """The tool server (default: the embedded stack's ``tools`` component)."""
-
-
-class KubernetesFault(FaultSpec):
-    """A fault on a Kubernetes cluster. ``target`` is, by kind: a label selector of the pods to
-    delete (``app=vllm,role=primary``), the node to cordon or drain, the deployment to scale.
-    Namespaces and contexts must be allowed (the scenario's ``kubernetes`` section and the
-    safety policy) before anything is called."""
-
-    kind: Literal[
-        "kubernetes.delete_pod", "kubernetes.cordon", "kubernetes.drain", "kubernetes.scale"
-    ]
-    namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    gpu: bool = False
-    """delete_pod: only pods that request a GPU (``nvidia.com/gpu``)."""
-    node: str | None = None
-    """delete_pod: only pods running on this node."""
-    mode: Literal["one", "all", "count", "percent"] = "one"
-    count: int | None = Field(default=None, ge=1)
-    percent: float | None = Field(default=None, gt=0, le=100)
-    grace: Duration = 0.0
-    """delete_pod: the pods' termination grace period."""
-    replicas: int | None = Field(default=None, ge=0)
-    """scale: the replica count during the fault (restored on revert)."""
-    eviction_timeout: Duration = Field(default=60.0, gt=0)
-    """drain: how long to keep retrying an eviction that a PodDisruptionBudget refuses (HTTP
-    429), as ``kubectl drain`` does; every refusal is in the fault's evidence."""
-
-    @model_validator(mode="after")
-    def _coherent(self) -> KubernetesFault:
-        if self.mode == "count" and self.count is None:
-            raise ValueError("mode 'count' needs 'count'")
-        if self.mode == "percent" and self.percent is None:
-            raise ValueError("mode 'percent' needs 'percent'")
-        if self.kind == "kubernetes.scale" and self.replicas is None:
-            raise ValueError("kubernetes.scale needs 'replicas'")
-        if self.kind != "kubernetes.delete_pod" and (self.gpu or self.node):
-            raise ValueError("'gpu' and 'node' select pods: kubernetes.delete_pod only")
-        return self
-
-
-class KubernetesScope(_Model):
-    """Where a drill may act on Kubernetes; anything else is refused before any call."""
-
-    kubeconfig: str | None = None
-    """Default ``$KUBECONFIG`` or ``~/.kube/config`` (relative to the scenario file)."""
-    context: str | None = None
-    """Default: the kubeconfig's current context."""
-    allowed_namespaces: list[str] = Field(min_length=1)
-    allowed_contexts: list[str] = Field(min_length=1)
-
-
-BUILTIN_FAULTS: tuple[type[FaultSpec], ...] = (
-    ToolSaturateFault,
-    GpuMemoryPressureFault,
-    KubernetesFault,
-    ProcessKillFault,
-    ProcessFreezeFault,
-    DockerFault,
-    LatencyFault,
-    DownFault,
-    TimeoutFault,
-    BandwidthFault,
-    ResetPeerFault,
-    SlowCloseFault,
-    SlicerFault,
-    LimitDataFault,
-    *HOP_FAULTS,
-)
-"""The fault models of the built-in families; plugins add theirs (``fault_models``)."""
-
-
-def fault_models() -> tuple[type[FaultSpec], ...]:
-    """Every fault model a scenario may use: the built-in ones and those of the injectors that
-    plugins register (``injectors.base.plugin_specs``)."""
-    from injectors.base import plugin_specs
-
-    extra = [m for m in plugin_specs() if isinstance(m, type) and issubclass(m, FaultSpec)]
-    return (*BUILTIN_FAULTS, *(m for m in extra if m not in BUILTIN_FAULTS))
-
-
-@lru_cache(maxsize=8)
-def _fault_adapter(models: tuple[type[FaultSpec], ...]) -> TypeAdapter[Any]:
-    union: Any = Annotated[Union[models], Field(discriminator="kind")]  # noqa: UP007
-    return TypeAdapter(union)
-
-
-def _validate_fault(value: Any) -> FaultSpec:
-    # The union is assembled when a scenario is validated, not when this module is imported:
-    # a plugin's fault kind validates exactly like a built-in one.
-    if isinstance(value, FaultSpec):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("kind"), str):
-        from injectors.base import plugin_problem
-
-        problem = plugin_problem(value["kind"])
-        if problem is not None:  # a plugin's kind that cannot be used: say why, not "unknown"
-            raise ValueError(str(problem))
-    fault: FaultSpec = _fault_adapter(fault_models()).validate_python(value)
-    return fault
-
-
-Fault = Annotated[SerializeAsAny[FaultSpec], PlainValidator(_validate_fault)]
-"""One fault of a phase: a model of ``fault_models()``, chosen by its ``kind``."""
-
-
-# -- load -----------------------------------------------------------------------------------
-
-
-class SteadyShape(_Model):
-    kind: Literal["steady"] = "steady"
-
-
-class StepShape(_Model):
-    """Start with ``start`` users and add ``step`` every ``every`` up to the load's ``users``."""
-
-    kind: Literal["step"]
-    start: int = Field(default=1, ge=1)
-    step: int = Field(default=1, ge=1)
-    every: Duration
-
-
-class SpikeShape(_Model):
-    """``base`` users, jumping to the load's ``users`` at ``at`` (from the drill's start) for
-    ``for``."""
-
-    kind: Literal["spike"]
-    base: int = Field(default=1, ge=0)
-    at: Duration
-    for_: Duration = Field(alias="for")
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
-    )
-
-
-STREAMS_PER_WORKER = 100
-"""Streams one Locust process carries before a drill adds another by default: measured, one
-process kept vLLM bench serve's request rate to 64 streams and fell to 0.59 of it at 256."""
-
-
-class RemoteWorkers(_Model):
-    """Load workers elsewhere, connecting to this run's master over Locust's own protocol."""
-
-    workers: int = Field(ge=1, le=1000)
-    """How many must connect before the load starts."""
-    bind: str = Field(default="0.0.0.0:5557", pattern=r"^[^\s:]+:[0-9]{1,5}$")
-    """Where the master listens (HOST:PORT), reachable from the workers."""
-    wait: Duration = Field(default=120.0, gt=0)
-    """How long the master waits for them; past it the run is aborted, naming how many came."""
-
-
-def _field_error(field: str, message: str, value: Any) -> ValidationError:
-    """A validation error at ``field`` of the model being validated (pydantic puts the model's
-    own place in front), so that a YAML error names that field's line rather than the model's:
-    for cross-field rules, which pydantic would otherwise place at the model."""
-    return ValidationError.from_exception_data(
-        "field",
-        [
-            InitErrorDetails(
-                type=PydanticCustomError("value_error", "{message}", {"message": message}),
-                loc=(field,),
-                input=value,
-            )
-        ],
-    )
-
-
-class ResumePolicy(_Model):
-    """How the load resumes an agent task that did not finish: sent again with its
-    ``task_id``, as a client (or a job runner) of an agent with checkpoints does."""
-
-    attempts: int = Field(default=10, ge=1, le=100)
-    """Sends after the first, at most, before the task is given up (unfinished)."""
-    after: Duration = Field(default=1.0, ge=0)
-    """The pause before each resend."""
-
-
-class LoadConfig(_Model):
-    """The load: closed loop (``users``, each sending its next request once its last answer
-    came) or open loop (``rate``, requests sent on a schedule whether earlier answers came or
-    not, as production traffic is). Exactly one of the two."""
-
-    users: int | None = Field(default=None, ge=1, le=1000)
-    """Closed loop: this many users, each waiting for its answer (and ``wait``) before sending
-    again. A slow stack slows such a load down, which hides queueing."""
-    rate: float | None = Field(default=None, gt=0, le=10000)
-    """Open loop: requests per second, sent on schedule whatever the stack's answers do (as
-    ``vllm bench serve --request-rate`` and GuideLLM do). Needs ``arrival``."""
-    arrival: Literal["constant", "poisson", "gamma"] | None = None
-    """Open loop: how the gaps between requests fall: ``constant`` (1/rate each), ``poisson``
-    (exponential gaps) or ``gamma`` (gamma gaps of shape ``burstiness``)."""
-    burstiness: float | None = Field(default=None, gt=0, le=100)
-    """``gamma`` arrivals: the gaps' shape, as ``vllm bench serve --burstiness``: 1 is poisson,
-    below 1 burstier (clumps and lulls), above 1 more even. The mean rate stays ``rate``."""
-    max_in_flight: int = Field(default=32, ge=1, le=100000)
-    """Open loop: at most this many requests in flight at once (the safety policy's
-    ``max_users`` bounds it). An arrival that finds them all busy is not sent; it is counted,
-    and the run says its load fell short. Size it to the rate times the slowest answer you
-    expect."""
-    workers: int | None = Field(default=None, ge=1, le=64)
-    """Locust worker processes on this machine, under a master that merges their records onto
-    its clock. Default: from the cores and the load's concurrency (one process up to
-    ``STREAMS_PER_WORKER`` streams, then one more per as many, at most one per core); 1 is a
-    single process, no master."""
-    remote: RemoteWorkers | None = None
-    """Locust workers on other hosts (``stack/deploy/kubernetes/40-load-workers.yaml`` runs
-    them as a Job, each ``drills load-worker --master HOST:PORT``): the master listens at
-    ``bind`` and waits ``wait`` for ``workers`` of them before the warm-up begins."""
-    spawn_rate: float = Field(default=10.0, gt=0)
-    shape: Annotated[SteadyShape | StepShape | SpikeShape, Field(discriminator="kind")] = Field(
-        default_factory=SteadyShape
-    )
-    prompts: str | list[str] = Field(default_factory=lambda: ["Say hello in one short sentence."])
-    """A JSONL file (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line), relative to
-    the scenario file, or a list of prompts."""
-    max_tokens: int = Field(default=8, ge=1, le=4096)
-    pin_length: bool = False
-    """Ask the engine for exactly ``max_tokens`` (vLLM's ``min_tokens``): a shorter answer is
-    then a cut one (``truncated``), whatever clean end a gateway dressed it in. Chat only; the
-    upstream must be vLLM (or honour ``min_tokens``)."""
-    stream: bool = True
-    wait: Duration = 1.0
-    """Think time between one user's requests. Without it a user fires its next request the
-    moment a fast fallback arrives, and the drill measures a flood instead of users."""
-    wait_jitter: Duration = Field(default=0.0, ge=0)
-    """A random extra think time, 0 to this, drawn for each wait: users started together
-    otherwise run in step, and a fault at one instant meets all of them at the same point of
-    their requests."""
-    warmup: Duration = 10.0
-    """Load runs this long before the first phase starts (from its processes' start, and at
-    least until it has sent its first request); its requests count in no window."""
-    timeout: Duration = 60.0
-    """The client's own timeout for one request."""
-    model: str | None = None
-    endpoint: Literal["chat", "rag", "agent", "workflow"] = "chat"
-    """``chat``: ``/v1/chat/completions``; ``rag``: ``/v1/rag/answer`` (the prompts are the
-    questions); ``agent``: ``/v1/agent/run`` (the prompts are the tasks); ``workflow``:
-    ``/v1/workflow/run`` (the prompts are the questions; the kinds interleaved by their
-    ``workflows`` weights, the same every run)."""
-    workflows: dict[Literal["brief", "lookup"], Annotated[float, Field(gt=0)]] | None = None
-    """``endpoint: workflow``: the kinds of workflow sent, by weight (default: as many
-    ``brief`` as ``lookup``)."""
-    resume: ResumePolicy | None = None
-    """Agent tasks: send a task that did not finish (an error, no answer, a status other than
-    ``done``) again with its ``task_id`` until it does (``tasks_*`` checks); ``None``: each
-    task is sent once."""
-    client: Literal["requests", "geventhttpclient"] = "geventhttpclient"
-    """The HTTP client each load process sends with: ``requests`` (urllib3), or
-    ``geventhttpclient`` (its C parser; fewer CPU cycles per request, for more streams per
-    process). Both time each token as its chunk arrives (``bench/load_capacity.py --client``
-    measures them against vLLM's own bench client)."""
-    headers: dict[str, str] = Field(default_factory=dict)
-    """Sent with every request (an API key for a staging gateway, say). ``${NAME}`` is read
-    from the environment, so secrets stay out of the file; journals and reports mask them."""
-
-    @model_validator(mode="after")
-    def _one_loop(self) -> LoadConfig:
-        if self.resume is not None and self.endpoint != "agent":
-            raise _field_error(
-                "resume",
-                "resuming is for agent tasks (a task_id to send again): set endpoint: agent, "
-                "or leave 'resume' out",
-                self.resume.model_dump(mode="json"),
-            )
-        if self.workflows is not None and self.endpoint != "workflow":
-            raise _field_error(
-                "workflows",
-                "workflow kinds are for the workflow endpoint: set endpoint: workflow, or leave "
-                "'workflows' out",
-                dict(self.workflows),
-            )
-        if (self.users is None) == (self.rate is None):
-            raise ValueError(
-                "the load is closed loop ('users': N users waiting for their answers) or open "
-                "loop ('rate': requests per second with an 'arrival' model): exactly one of "
-                f"them (got {'both' if self.users is not None else 'neither'})"
-            )
-        if self.rate is None:
-            for stray in ("arrival", "burstiness"):
-                if getattr(self, stray) is not None:
-                    raise _field_error(
-                        stray,
-                        f"{stray!r} shapes an open-loop load; give 'rate' (requests per second) "
-                        "with it, or leave it out",
-                        getattr(self, stray),
-                    )
-            return self
-        if self.arrival is None:
-            raise _field_error(
-                "rate",
-                "a rate needs an arrival model: 'arrival' is one of constant, poisson, gamma",
-                self.rate,
-            )
-        if self.arrival == "gamma" and self.burstiness is None:
-            raise _field_error(
-                "arrival",
-                "gamma arrivals need 'burstiness' (the gaps' shape: 1 is poisson, below 1 "
-                "burstier, above 1 more even)",
-                self.arrival,
-            )
-        if self.arrival != "gamma" and self.burstiness is not None:
-            raise _field_error(
-                "burstiness",
-                f"burstiness shapes gamma arrivals, and arrival is {self.arrival!r}: use "
-                "arrival: gamma, or leave burstiness out",
-                self.burstiness,
-            )
-        if self.shape.kind != "steady":
-            raise _field_error(
-                "shape",
-                f"a {self.shape.kind} shape varies the number of users; an open-loop load "
-                "(rate) is steady: leave shape out, or use users",
-                self.shape.kind,
-            )
-        return self
-
-    @property
-    def concurrency(self) -> int:
-        """The most requests this load can have in flight at once."""
-        return self.users if self.users is not None else self.max_in_flight
-
-    def local_workers(self, cores: int | None = None) -> int:
-        """Load processes on this machine: ``workers``, else 0 beside remote workers, else one
-        per ``STREAMS_PER_WORKER`` streams, at most one per core."""
-        if self.workers is not None:
-            return self.workers
-        if self.remote is not None:
-            return 0
-        cores = cores or os.cpu_count() or 1
-        return max(1, min(cores, -(-self.concurrency // STREAMS_PER_WORKER)))
-
-    def expected_workers(self) -> int:
-        """Workers under a master (0: a single process, no master)."""
-        local = self.local_workers()
-        total = local + (self.remote.workers if self.remote else 0)
-        return 0 if total == 1 and self.remote is None else total
-
-
-class FallbackRule(_Model):
-    """How a fallback answer is recognised: its text, or a response header's value. Without
-    ``header``, the gateway adapter's fallback header (if it has one) is used."""
-
-    contains: str | None = None
-    header: str | None = None
-    header_values: list[str] = Field(default_factory=lambda: ["fallback"])
 
 
 # -- phases, checks, aborts -----------------------------------------------------------------
@@ -1456,6 +818,24 @@ class Scenario(_Model):
                     value,
                 )
 
+    def _monitoring_twin_problems(self, i: int) -> Iterator[tuple[Loc, str, Any]]:
+        """A monitoring twin replaces the embedded stack's monitoring, which the drill asks."""
+        if isinstance(self.stack, Attach):
+            yield (
+                ("twins", i, "monitoring"),
+                "the drill attaches to a stack the user runs, whose monitoring is the "
+                "team's: a twin of it is another Prometheus or pager ('attach: "
+                "{prometheus: URL}'); a monitoring twin replaces the embedded stack's own",
+                None,
+            )
+        elif not any(c.query is not None or c.check in ALERT_FAMILIES for c in self.expect):
+            yield (
+                ("twins", i, "monitoring"),
+                "the drill asks its monitoring nothing (no promql or alert check): a "
+                "monitoring twin has no check to fail",
+                None,
+            )
+
     def _twin_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Twins name checks the drill has, once each, and hops its faults target."""
         labels = [c.label for c in self.expect]
@@ -1486,23 +866,8 @@ class Scenario(_Model):
                 )
             if twin.kubernetes is not None:
                 yield from self._kubernetes_twin_problems(i, twin.kubernetes)
-            if twin.monitoring is not None and isinstance(self.stack, Attach):
-                yield (
-                    ("twins", i, "monitoring"),
-                    "the drill attaches to a stack the user runs, whose monitoring is the "
-                    "team's: a twin of it is another Prometheus or pager ('attach: "
-                    "{prometheus: URL}'); a monitoring twin replaces the embedded stack's own",
-                    None,
-                )
-            elif twin.monitoring is not None and not any(
-                c.query is not None or c.check in ALERT_FAMILIES for c in self.expect
-            ):
-                yield (
-                    ("twins", i, "monitoring"),
-                    "the drill asks its monitoring nothing (no promql or alert check): a "
-                    "monitoring twin has no check to fail",
-                    None,
-                )
+            if twin.monitoring is not None:
+                yield from self._monitoring_twin_problems(i)
             if twin.profile is not None and isinstance(self.stack, Attach):
                 yield (
                     ("twins", i, "profile"),
@@ -1518,21 +883,25 @@ class Scenario(_Model):
                     "abort_when checks: " + (", ".join(conditions) or "(none: add abort_when)"),
                     twin.aborts,
                 )
-            for field in ("must_fail", "may_fail"):
-                for j, label in enumerate(getattr(twin, field)):
-                    if label not in labels:
-                        yield (
-                            ("twins", i, field, j),
-                            "the drill has no check of that label; expected one of: "
-                            + ", ".join(labels),
-                            label,
-                        )
-                    elif field == "may_fail" and label in twin.must_fail:
-                        yield (
-                            ("twins", i, field, j),
-                            "already in must_fail: a check either must fail or may",
-                            label,
-                        )
+            yield from _twin_label_problems(i, twin, labels)
+
+
+def _twin_label_problems(i: int, twin: Twin, labels: list[str]) -> Iterator[tuple[Loc, str, Any]]:
+    """The checks a twin names are the drill's, each in must_fail or may_fail, not both."""
+    for field in ("must_fail", "may_fail"):
+        for j, label in enumerate(getattr(twin, field)):
+            if label not in labels:
+                yield (
+                    ("twins", i, field, j),
+                    "the drill has no check of that label; expected one of: " + ", ".join(labels),
+                    label,
+                )
+            elif field == "may_fail" and label in twin.must_fail:
+                yield (
+                    ("twins", i, field, j),
+                    "already in must_fail: a check either must fail or may",
+                    label,
+                )
 
 
 def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
