@@ -54,8 +54,9 @@ from drills.common.errors import InjectionFailed, InputError, RevertError
 from drills.common.plugins import PluginError
 from drills.common.units import Duration, Size, parse_duration
 from drills.model.check_families import CheckFamily
+from drills.model.expect import Check
 from drills.model.gateways import BreakerSignal, GatewayAdapter, Health, UpstreamHeader
-from drills.model.scenario import Check, FaultSpec
+from drills.model.scenario import FaultSpec
 from injectors.base import (
     Evidence,
     InjectionContext,

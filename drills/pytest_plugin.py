@@ -37,7 +37,8 @@ from drills.engine.pager import parse_listen
 from drills.engine.runner import Runner
 from drills.engine.safety import load_policy
 from drills.model.journal import CheckResult, Journal, RunStatus
-from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, Twin, load_scenario
+from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, load_scenario
+from drills.model.twins import Twin
 
 __all__ = ["DrillFailed", "DrillOutcome", "DrillSession"]
 

@@ -7,6 +7,7 @@ here, escaping their own text, and passed to it as markup."""
 
 from __future__ import annotations
 
+import time
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -282,4 +283,38 @@ def render_html(journal: Journal, out_dir: Path) -> str:
         samples=_samples(journal),
         windows=windows(journal),
         load=load_lines(journal),
+        history=_history(journal),
     )
+
+
+def _history(journal: Journal) -> dict[str, Any] | None:
+    """Each check of this run beside the same check in the runs before it (oldest first),
+    from the journal's ``history``; ``None`` when the run history is off."""
+    history = journal.history
+    if history is None:
+        return None
+    runs = [*history.previous]
+    columns = [
+        {
+            "title": r.label or time.strftime("%m-%d %H:%M", time.localtime(r.started_at)),
+            "run_id": r.run_id,
+            "verdict": r.verdict,
+        }
+        for r in runs
+    ]
+    columns.append({"title": journal.label or "this run", "run_id": journal.run_id,
+                    "verdict": journal.verdict})  # fmt: skip
+    rows = []
+    for check in journal.checks:
+        cells = []
+        for run in runs:
+            past = next((c for c in run.checks if c.label == check.label), None)
+            cells.append(
+                {"text": "-", "cls": "muted"}
+                if past is None
+                else {"text": past.observed_text, "cls": "pass" if past.passed else "fail"}
+            )
+        cells.append({"text": check.observed_text, "cls": "pass" if check.passed else "fail"})
+        rows.append({"label": check.label, "cells": cells})
+    return {"store": history.store, "written": history.written, "reason": history.reason,
+            "columns": columns, "rows": rows}  # fmt: skip

@@ -108,8 +108,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"| {md_cell(check.label)} | {md_cell(check.expected)} | "
             f"{md_cell(_observed(check))} | {result} |"
         )
-    lines += _page_lines(journal)
-    lines += _detection_lines(journal)
+    lines += [*_page_lines(journal), *_detection_lines(journal), *_history_lines(journal)]
     if journal.load is not None:
         lines += ["", *load_lines(journal)]
     counted = windows(journal)
@@ -137,3 +136,29 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"Removed {len(journal.rollbacks.swept)} fault(s) left by an earlier run.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _history_lines(journal: Journal) -> list[str]:
+    """The runs before this one, from the run history, and the checks that passed in the
+    last of them and fail now (or the other way round)."""
+    history = journal.history
+    if history is None:
+        return []
+    if not history.written:
+        return ["", f"This run is not in the run history: {md_cell(history.reason or '')}"]
+    if not history.previous:
+        return ["", "The first run of this drill in the run history."]
+    verdicts = ", ".join(r.verdict for r in history.previous[-5:])
+    last = history.previous[-1]
+    before = {c.label: c for c in last.checks}
+    lines = ["", f"History: the last {min(5, len(history.previous))} run(s) before this one: "
+             f"{verdicts} (`drills history {journal.drill}`)."]  # fmt: skip
+    for check in journal.checks:
+        was = before.get(check.label)
+        if was is not None and was.passed != check.passed:
+            now = "passes" if check.passed else "**fails**"
+            lines.append(
+                f"- {md_cell(check.label)} {now} now ({md_cell(check.observed_text)}); the "
+                f"last run: {md_cell(was.observed_text)}"
+            )
+    return lines

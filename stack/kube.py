@@ -4,7 +4,7 @@ their Go modules, run by KWOK's ``kwokctl`` (binary runtime), with KWOK playing 
 (GPU nodes carry ``nvidia.com/gpu``) and their kubelets.
 
 ``ensure_kube_binaries()`` builds everything once into the cache (``~/.cache/drills/kube/<key>``,
-keyed by the versions below; 10-25 minutes cold on 2 cores, seconds afterwards).
+keyed by the versions below and the recipe; minutes cold on 2 cores, seconds afterwards).
 ``KwokCluster`` creates a cluster in a work folder of its own and deletes it again.
 
 Kubernetes' own module cannot be ``go install``-ed (its staging modules are ``v0.0.0`` with
@@ -42,15 +42,19 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 STAGES = Path(__file__).resolve().parent / "deploy" / "kwok" / "stages.yaml"
-BINARIES = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubectl",
-    "kwok",
-    "kwokctl",
-)
+# Each binary and its main package.
+MAIN_PACKAGES = {
+    "etcd": "go.etcd.io/etcd/server/v3",
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+    "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl",
+}
+BINARIES = tuple(MAIN_PACKAGES)
+# The build recipe's revision: a new one builds anew (2: one module and one build for all).
+RECIPE = 2
 
 
 class KubeBinaries:
@@ -62,7 +66,7 @@ class KubeBinaries:
 
 
 def _key() -> str:
-    return f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
+    return f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}-r{RECIPE}"
 
 
 def _go_env(gopath_cache: Path) -> dict[str, str]:
@@ -108,8 +112,8 @@ def kube_binaries_built() -> bool:
 
 def ensure_kube_binaries() -> KubeBinaries:
     """Build (once) and return the control plane's binaries."""
-    # Long on purpose: The build recipe in one place, step by step as KUBERNETES.md describes it
-    # (wrapper module, replaces, stamps, links): a reader checks it against that page top to bottom.
+    # Long on purpose: the build recipe in one place, step by step (wrapper module, replaces,
+    # stamps, one build): a reader checks it against the comments top to bottom.
     bindir = cache_root() / "kube" / _key()
     if (bindir / MARKER).exists():
         return KubeBinaries(bindir)
@@ -126,93 +130,52 @@ def ensure_kube_binaries() -> KubeBinaries:
         log = cache_root() / "logs" / f"{_key()}.log"
         env = _go_env(cache_root() / "kube")
         work = bindir / "work"
+        work.mkdir(parents=True)
 
-        # Kubernetes: a wrapper module with the staging replaces.
-        kube = work / "kubernetes"
-        kube.mkdir(parents=True)
+        # One wrapper module for all seven binaries, with Kubernetes' staging replaces. etcd and
+        # KWOK are required beside Kubernetes so that one module graph holds all three: the
+        # libraries they share (k8s.io/api, client-go, apiserver, grpc, etcd's client, otel)
+        # are compiled once, at one version, instead of once per tool at the version each pins
+        # (KWOK pins k8s.io/* v0.36.1, Kubernetes' etcd client is older than the etcd server).
         replaces, godebug = _kubernetes_replaces(go, env)
-        (kube / "go.mod").write_text(
+        (work / "go.mod").write_text(
             "module drills.local/kubebuild\n\ngo 1.26\n\n"
             + (f"{godebug}\n\n" if godebug else "")
-            + f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
+            + "require (\n"
+            + f"\tk8s.io/kubernetes {KUBERNETES_VERSION}\n"
+            + f"\tgo.etcd.io/etcd/server/v3 {ETCD_VERSION}\n"
+            + f"\tsigs.k8s.io/kwok {KWOK_VERSION}\n"
+            + ")\n\n"
             + "\n".join(replaces)
             + "\n"
         )
-        (kube / "tools.go").write_text(
+        (work / "tools.go").write_text(
             "//go:build tools\n\npackage tools\n\nimport (\n"
-            '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n'
-            '\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n'
-            '\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n'
-            '\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n'
+            + "".join(f'\t_ "{package}"\n' for package in MAIN_PACKAGES.values())
+            + ")\n"
         )
-        _run([go, "mod", "tidy"], what="resolving Kubernetes modules", log=log, env=env, cwd=kube)
-        minor = KUBERNETES_VERSION[1:].split(".")[1]
-        stamp = " ".join(
-            f"-X {pkg}.gitVersion={KUBERNETES_VERSION} -X {pkg}.gitMajor=1 "
-            f"-X {pkg}.gitMinor={minor}"
-            for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-        )
-        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"):
-            _run(
-                [
-                    go,
-                    "build",
-                    "-trimpath",
-                    "-ldflags",
-                    f"-s -w {stamp}",
-                    "-o",
-                    str(bindir / name),
-                    f"k8s.io/kubernetes/cmd/{name}",
-                ],
-                what=f"building {name} {KUBERNETES_VERSION} (first time only, minutes)",
-                log=log,
-                env=env,
-                cwd=kube,
-            )
-
-        # etcd: its server module is the etcd main package.
-        etcd = work / "etcd"
-        etcd.mkdir(parents=True)
-        (etcd / "go.mod").write_text(
-            f"module drills.local/etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 "
-            f"{ETCD_VERSION}\n"
-        )
-        (etcd / "tools.go").write_text(
-            '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n'
-        )
-        _run([go, "mod", "tidy"], what="resolving etcd modules", log=log, env=env, cwd=etcd)
+        _run([go, "mod", "tidy"], what="resolving the modules", log=log, env=env, cwd=work)
+        # One `go build` for all of them: the links of the big binaries overlap the compiles of
+        # the others instead of leaving a core idle one after another.
+        out = work / "bin"
+        out.mkdir()
         _run(
             [
-                go,
-                "build",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                str(bindir / "etcd"),
-                "go.etcd.io/etcd/server/v3",
+                *(go, "build", "-trimpath", "-ldflags", f"-s -w {_version_stamp()}"),
+                *("-o", f"{out}{os.sep}", *MAIN_PACKAGES.values()),
             ],
-            what=f"building etcd {ETCD_VERSION} (first time only)",
+            what=(
+                f"building Kubernetes {KUBERNETES_VERSION}, etcd {ETCD_VERSION} and KWOK "
+                f"{KWOK_VERSION} (first time only, minutes)"
+            ),
             log=log,
             env=env,
-            cwd=etcd,
+            cwd=work,
         )
-
-        # KWOK: plain go install into the bin folder.
-        _run(
-            [
-                go,
-                "install",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}",
-                f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
-            ],
-            what=f"building kwok and kwokctl {KWOK_VERSION} (first time only)",
-            log=log,
-            env={**env, "GOBIN": str(bindir)},
-        )
+        for name, package in MAIN_PACKAGES.items():
+            built = out / _go_binary_name(package)
+            if built.exists():
+                built.rename(bindir / name)
         shutil.rmtree(work)
         missing = [b for b in BINARIES if not (bindir / b).exists()]
         if missing:
@@ -221,6 +184,24 @@ def ensure_kube_binaries() -> KubeBinaries:
             )
         (bindir / MARKER).write_text(_key() + "\n")
     return KubeBinaries(bindir)
+
+
+def _version_stamp() -> str:
+    """The version stamps Kubernetes' own build sets (kwokctl and kubectl read them)."""
+    minor = KUBERNETES_VERSION[1:].split(".")[1]
+    return " ".join(
+        f"-X {pkg}.gitVersion={KUBERNETES_VERSION} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor}"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+    )
+
+
+def _go_binary_name(package: str) -> str:
+    """The file name ``go build -o DIR/`` gives a main package: its last path element, or the
+    one before a major-version suffix (``go.etcd.io/etcd/server/v3`` -> ``server``)."""
+    parts = package.split("/")
+    if len(parts) > 1 and parts[-1][0] == "v" and parts[-1][1:].isdigit():
+        return parts[-2]
+    return parts[-1]
 
 
 class KwokCluster:

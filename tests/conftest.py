@@ -36,6 +36,15 @@ pytest_plugins = ["pytester", "tests.docker_env", "tests.kube_env"]
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_run_history(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Runs made by the tests keep their run history in the session's temporary folder, not
+    in the user's (``drills.engine.history``; child processes inherit it)."""
+    import os
+
+    os.environ["DRILLS_HISTORY"] = str(tmp_path_factory.mktemp("history") / "history.sqlite")
+
+
 def relocated_profile(name: str, out: Path) -> Path:
     """The shipped profile ``name`` with every port replaced by a free one (none twice: see
     ``drills.common.ports``)."""

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from drills.checks import Evaluation, evaluate, percentile
+from drills.model.expect import Check
 from drills.model.journal import FaultRecord, Probe
 from drills.model.records import Record
-from drills.model.scenario import Check, Scenario
+from drills.model.scenario import Scenario
 from tests.helpers import made_up_scenario
 
 T0 = 1_800_000_000.0

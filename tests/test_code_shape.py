@@ -43,3 +43,18 @@ def test_no_import_cycle_in_the_engine() -> None:
         if graph.chain_exists(a, b) and graph.chain_exists(b, a)
     ]
     assert not cycles, cycles
+
+
+# No module over 800 lines (issue 29 G): a longer one holds more than one concern.
+FILE_LIMIT = 800
+
+
+def test_no_module_over_800_lines() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            length = len(path.read_text().splitlines())
+            if length > FILE_LIMIT:
+                offenders.append(f"{rel}: {length} lines (at most {FILE_LIMIT})")
+    assert not offenders, "modules too long; split them by concern:\n" + "\n".join(offenders)

@@ -155,8 +155,9 @@ def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_n
 
 
 def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) -> None:
+    history = tmp_path / "history.sqlite"
     result = subprocess.run(
-        run_argv(stack, tmp_path),
+        [*run_argv(stack, tmp_path), "--label", "v1.2.3", "--history", str(history)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -177,6 +178,18 @@ def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) 
         timeout=60,
     )
     assert again.returncode == 0 and (run_dir / "index.html").exists()
+    # The run is in the run history, under its label, with its checks.
+    journal = json.loads((run_dir / "journal.json").read_text())
+    assert journal["label"] == "v1.2.3" and journal["history"]["written"], journal["history"]
+    kept = subprocess.run(
+        [sys.executable, "-m", "drills.cli", "history", journal["drill"], "--history",
+         str(history), "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    [run] = json.loads(kept.stdout)["runs"]
+    assert run["run_id"] == journal["run_id"] and run["label"] == "v1.2.3"
+    assert [c["label"] for c in run["checks"]] == [c["label"] for c in journal["checks"]]
 
 
 def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:
@@ -484,8 +497,8 @@ def test_a_stuck_runner_its_faults_are_reverted_once_they_outlive_their_schedule
     _wait_for_toxics(stack, 3)
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        # The fault phase is 20 s; a toxic goes before its ledger entry does.
-        _wait(lambda: stack.toxics() == [] and _ledger_empty(tmp_path), 20 + 1 + 15)
+        # The fault phase is 8 s; a toxic goes before its ledger entry does.
+        _wait(lambda: stack.toxics() == [] and _ledger_empty(tmp_path), 8 + 1 + 15)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     output, errors = proc.communicate(timeout=120)

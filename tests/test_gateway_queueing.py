@@ -14,8 +14,9 @@ import pytest
 
 from drills.checks import Evaluation
 from drills.checks.engine import check_engine
+from drills.model.expect import Check
 from drills.model.journal import Journal
-from drills.model.scenario import Check, load_scenario
+from drills.model.scenario import load_scenario
 from tests.conftest import RunningStack, gate_drill_and_twin
 
 pytestmark = pytest.mark.stack

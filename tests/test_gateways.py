@@ -16,9 +16,10 @@ import pytest
 from drills.checks import Evaluation, evaluate
 from drills.common.errors import StackError
 from drills.engine.options import RunOptions, StackEndpoints, check_health, resolve_stack
+from drills.model.expect import Check
 from drills.model.gateways import BUILTIN, merged
 from drills.model.journal import Probe
-from drills.model.scenario import Attach, Check, Scenario, load_scenario
+from drills.model.scenario import Attach, Scenario, load_scenario
 from tests.helpers import latency_fault_window, made_up_scenario, problems, serving
 
 T0 = 1_800_000_000.0

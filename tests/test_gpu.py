@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from drills.checks import Evaluation, evaluate
+from drills.model.expect import Check
 from drills.model.faults import GpuMemoryPressureFault
 from drills.model.journal import Journal
-from drills.model.scenario import Check, load_scenario
+from drills.model.scenario import load_scenario
 from injectors.base import InjectionContext, build
 from injectors.gpu import GpuUnavailable, gpu_samples, nvml_status
 from tests.conftest import drills_cli, isolated_env

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from drills.checks import Evaluation, evaluate
+from drills.model.expect import Check
 from drills.model.records import Record
-from drills.model.scenario import Check, Group, Scenario, load_scenario
+from drills.model.scenario import Group, Scenario, load_scenario
 from stack.config import load_stack_config
 from tests.conftest import drills_cli
 from tests.helpers import anchored, problems

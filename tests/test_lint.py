@@ -9,7 +9,8 @@ import yaml
 
 from drills.checks import Evaluation, evaluate
 from drills.lint import lint_stack
-from drills.model.scenario import Check, load_scenario
+from drills.model.expect import Check
+from drills.model.scenario import load_scenario
 from tests.conftest import PROFILES, drills_cli
 
 ROOT = Path(__file__).resolve().parent.parent

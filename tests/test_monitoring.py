@@ -36,7 +36,6 @@ from tests.conftest import (
     isolated_env,
     processes_naming,
     run_attached,
-    run_on_stack,
     run_twin,
 )
 from tests.helpers import anchored, drill_account, twin_account
@@ -431,25 +430,6 @@ def test_a_rule_on_a_metric_no_target_exposes_is_found_by_asking_prometheus(
         "LLMBreakerOpen (groups.0.rules.5.expr): error [alert-no-metric] reads "
         "drills_gateway_breaker_stat, which no scrape target of the Prometheus exposes"
     ) in out.stdout, out.stdout
-
-
-@pytest.mark.stack
-def test_on_the_embedded_stack_the_drill_starts_the_stacks_monitoring_itself(
-    stack: RunningStack, tmp_path: Path
-) -> None:
-    """No --prometheus, no --pager: on the embedded stack a drill with alert checks starts the
-    stack's own Prometheus (its rules) and Alertmanager (to the harness's pager) for its run,
-    and stops them."""
-    out, (journal,) = run_on_stack(DRILL, stack, tmp_path)
-    results = {c["label"]: c for c in journal["checks"]}
-    failed = [label for label, c in results.items() if not c["passed"]]
-    assert failed == [ON_PURPOSE], drill_account(journal)
-    assert out.returncode == 1, out.stderr[-3000:]
-    assert "starting the stack's monitoring" in out.stdout + out.stderr
-    home = Path(journal["run_dir"]) / "monitoring"
-    assert (home / "prometheus.yml").exists() and (home / "alertmanager.yml").exists()
-    assert journal["pages"], journal["pages"]
-    assert processes_naming(home) == []
 
 
 @pytest.mark.parametrize(

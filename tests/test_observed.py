@@ -10,9 +10,9 @@ from collections.abc import Callable
 from drills.checks import Evaluation, evaluate
 from drills.checks.observed import attribute
 from drills.common.hop import HopRecord
+from drills.model.expect import Check
 from drills.model.journal import Probe
 from drills.model.records import Record
-from drills.model.scenario import Check
 from tests.helpers import latency_fault_window, made_up_scenario
 
 T0 = 1_800_000_000.0

@@ -23,7 +23,7 @@ from drills.model.scenario import load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
-from tests.conftest import RunningStack, run_twin
+from tests.conftest import RunningStack, processes_naming, run_twin
 from tests.helpers import assert_ended_at_replacement, drill_account, twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,6 +178,10 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
     engine = [s for s in row["signs"] if s["layer"] == "engine, its metrics"]
     (killed,) = [s for s in engine if s["what"].startswith("vllm-0: ")]
     assert "stopped answering" in killed["what"] and killed["after"] < fired, row
+    # That monitoring was the run's: started for it in the run's folder, and stopped with it.
+    home = Path(journal["run_dir"]) / "monitoring"
+    assert (home / "prometheus.yml").exists() and (home / "alertmanager.yml").exists()
+    assert processes_naming(home) == []
 
 
 @pytest.mark.stack
@@ -202,3 +206,9 @@ def test_pod_loss_drill_on_its_single_replica_twin_fails_exactly_the_checks_it_n
     (row,) = journal["detection"]
     pages = [s["what"] for s in row["signs"] if s["layer"] == "page" and s["after"] is not None]
     assert "LLMErrorRateHigh reached the pager (receiver pager)" in pages, row
+    # No --prometheus, no --pager: `drills run` on the embedded stack started the stack's own
+    # Prometheus and Alertmanager for the run, said so, and stopped them.
+    assert "starting the stack's monitoring" in result.stdout + result.stderr
+    home = Path(journal["run_dir"]) / "monitoring"
+    assert (home / "prometheus.yml").exists() and (home / "alertmanager.yml").exists()
+    assert processes_naming(home) == []

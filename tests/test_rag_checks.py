@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from drills.checks import Evaluation, evaluate
+from drills.model.expect import Check
 from drills.model.journal import Probe
 from drills.model.records import Record
-from drills.model.scenario import Check
 from tests.helpers import made_up_scenario
 
 T0 = 1_800_000_000.0

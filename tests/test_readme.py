@@ -1,9 +1,9 @@
 """The README and the documentation pages (docs/pages) as tested documentation: their drill
 snippets validate, their attach snippets load, every `drills` command in them parses with the
 real argument parser, the cheap ones (validate, lint, schema, --dry-run, --help) run, every
-repository path they name exists, the README's sample output has the format the CLI prints, and
-the site builds with MkDocs in --strict mode. Touches nothing: no stack, no network beyond what a
-dry run reads (nothing)."""
+repository path they (and the CLI's help and JSON schemas) name exists, the README's sample
+output has the format the CLI prints, and the site builds with MkDocs in --strict mode.
+Touches nothing: no stack, no network beyond what a dry run reads (nothing)."""
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def test_the_sample_output_has_the_format_the_cli_prints() -> None:
     ), checks
     assert re.fullmatch(r"verdict: (passed|failed|aborted|interrupted)", lines[-2])
     assert re.fullmatch(r"report: runs/[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}/index.html", lines[-1])
-    source = (ROOT / "drills" / "cli.py").read_text()
+    source = (ROOT / "drills" / "cli_run.py").read_text()
     assert 'print(f"  {mark}  {check.label}: observed {check.observed_text}, expected ' in source
 
 
@@ -211,4 +211,56 @@ def test_every_repository_path_the_pages_name_exists() -> None:
                 continue
             if not (ROOT / path).exists():
                 missing.append(f"{name}:{page[: match.start()].count(chr(10)) + 1}: {path}")
+    assert not missing, "\n".join(missing)
+
+
+def _help_texts(parser: Any) -> list[tuple[str, str]]:
+    """(where, text) of every help string of the parser and its subcommands, recursively."""
+    import argparse
+
+    found = [(parser.prog, parser.description or ""), (parser.prog, parser.epilog or "")]
+    for action in parser._actions:
+        found.append((f"{parser.prog} {'/'.join(action.option_strings) or action.dest}",
+                      str(action.help or "")))  # fmt: skip
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                found.append((f"{parser.prog} {choice.dest}", str(choice.help or "")))
+            for sub in action.choices.values():
+                found.extend(_help_texts(sub))
+    return found
+
+
+def _schema_texts(node: Any, where: str) -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        return [
+            item
+            for key, value in node.items()
+            for item in (
+                [(where, value)]
+                if key == "description" and isinstance(value, str)
+                else _schema_texts(value, f"{where}.{key}")
+            )
+        ]
+    if isinstance(node, list):
+        return [item for value in node for item in _schema_texts(value, where)]
+    return []
+
+
+def test_every_repository_path_the_cli_help_and_the_schemas_name_exists() -> None:
+    """What a user reads without the docs (`drills ... --help`, `drills schema`, an editor's
+    hover) names only files that are there."""
+    from drills.cli import _schema
+
+    texts = _help_texts(_parser())
+    for what in ("scenario", "journal"):
+        texts += _schema_texts(_schema(what), f"schema {what}")
+    tops = "drills|injectors|scenarios|stack|reports|bench|docs"
+    pattern = rf"(?:{tops})/[\w./-]*\w\.(?:ya?ml|md|py|json)"
+    missing = [
+        f"{where}: {path}"
+        for where, text in texts
+        for path in re.findall(pattern, " ".join(text.split()))
+        if not (ROOT / path).exists()
+    ]
+    assert len(texts) > 100
     assert not missing, "\n".join(missing)

@@ -160,7 +160,7 @@ def test_rag_section_problems_are_located(tmp_path: Path) -> None:
 
 
 def test_tritons_sockets_fit_a_unix_socket_path_whatever_the_state_folder(tmp_path: Path) -> None:
-    from stack.supervisor import SUN_PATH_MAX, triton_workspace
+    from stack.components import SUN_PATH_MAX, triton_workspace
 
     short = Path("/tmp/s")
     assert triton_workspace(short) == short / "triton-workspace"

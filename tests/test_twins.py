@@ -15,7 +15,8 @@ import yaml
 
 from drills.engine.twins import TwinPlan, in_twin_cluster, twin_outcome, without_absent
 from drills.model.journal import CheckResult, RunStatus
-from drills.model.scenario import Twin, load_scenario
+from drills.model.scenario import load_scenario
+from drills.model.twins import Twin
 from reports.junit import twin_suite
 from stack.beside import refusal
 from stack.config import load_stack_config

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from drills.checks.base import CheckResult, Evaluation, is_error, percentile, result
 from drills.common.errors import InputError
 from drills.model.check_families import family_of
-from drills.model.scenario import Check
+from drills.model.expect import Check
 
 __all__ = ["CheckResult", "Evaluation", "evaluate", "is_error", "percentile", "result"]
 

@@ -20,9 +20,9 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from drills.checks.base import Evaluation, result
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.records import Record
-from drills.model.scenario import Check
 
 __all__ = [
     "check_tasks_answer_changed",

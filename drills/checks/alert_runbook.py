@@ -32,9 +32,9 @@ from drills.checks.base import Evaluation
 from drills.checks.promql import client_for
 from drills.common.prometheus import PrometheusQueryError
 from drills.common.redact import redact_url
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.references import check_link, markdown_anchors, runbook_problem
-from drills.model.scenario import Check
 
 __all__ = ["check_alert_runbook", "link_problem"]
 

@@ -33,8 +33,9 @@ from drills.common.prometheus import PrometheusQueryError
 from drills.common.redact import redact_url
 from drills.common.yamlsrc import YamlDocument, located
 from drills.model.check_families import ALERT_FAMILIES, ALERT_TIMED
+from drills.model.expect import Check
 from drills.model.journal import CheckResult, FaultRecord
-from drills.model.scenario import Check, PrometheusEndpoint, Scenario, expand_env
+from drills.model.scenario import PrometheusEndpoint, Scenario, expand_env
 
 __all__ = [
     "alert_selector",

@@ -17,12 +17,13 @@ from typing import Any
 from drills.common.hop import HopRecord
 from drills.common.stats import CONFIDENCE, percentile
 from drills.model.check_families import families
+from drills.model.expect import Check, bound_value
 from drills.model.faults import KILL_KINDS
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import CheckResult, FaultRecord, Page, Probe
 from drills.model.records import Record
-from drills.model.scenario import Check, PrometheusEndpoint, Scenario, bound_value
+from drills.model.scenario import PrometheusEndpoint, Scenario
 from drills.model.windows import charge
 
 __all__ = [

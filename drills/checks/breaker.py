@@ -18,9 +18,9 @@ from drills.checks.base import (
     counter_increase,
     result,
 )
+from drills.model.expect import Check
 from drills.model.gateways import BreakerSignal
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_breaker_opened_within", "check_breaker_opens"]
 

@@ -28,8 +28,8 @@ from drills.checks.base import (
     result,
     within_bounds,
 )
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["ENGINE_METRICS", "check_engine", "engine_sources"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from drills.checks.base import Evaluation, is_error, result
 from drills.common.stats import percentile
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.records import Record
-from drills.model.scenario import Check
 
 __all__ = ["check_group_ks", "check_group_ratio", "group_values"]
 

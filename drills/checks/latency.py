@@ -11,9 +11,9 @@ from drills.checks.base import (
     result,
 )
 from drills.common.stats import percentile, quantile_interval
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.records import Record
-from drills.model.scenario import Check
 
 __all__ = ["check_latency", "check_spread"]
 

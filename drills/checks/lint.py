@@ -6,8 +6,8 @@ from drills.checks.base import (
     Evaluation,
     result,
 )
+from drills.model.expect import Check, bound_value
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check, bound_value
 
 __all__ = ["check_stack_lint"]
 

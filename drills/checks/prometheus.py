@@ -8,8 +8,8 @@ from drills.checks.base import (
     result,
     series,
 )
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_prometheus"]
 

@@ -18,8 +18,9 @@ from drills.common.errors import ConfigError
 from drills.common.prometheus import PrometheusAPI, PrometheusQueryError
 from drills.common.redact import redact_url
 from drills.common.yamlsrc import YamlDocument, located
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check, PrometheusEndpoint, Scenario, expand_env
+from drills.model.scenario import PrometheusEndpoint, Scenario, expand_env
 
 __all__ = ["check_promql", "check_queries", "client_for"]
 

@@ -10,8 +10,8 @@ from drills.checks.base import (
     result,
 )
 from drills.common.stats import wilson
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_rate"]
 

@@ -13,8 +13,8 @@ from drills.checks.base import (
 )
 from drills.common.stats import percentile
 from drills.common.units import format_duration
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_recovered_within"]
 

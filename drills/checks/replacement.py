@@ -10,8 +10,8 @@ from drills.checks.base import (
     kill_faults,
     result,
 )
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_replacement_ready_within", "check_requests_lost"]
 

@@ -7,8 +7,8 @@ from drills.checks.base import (
     is_error,
     result,
 )
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_throughput"]
 

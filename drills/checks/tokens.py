@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from drills.checks.base import Evaluation, is_error, result
 from drills.common.stats import percentile
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_tokens", "check_tokens_ratio"]
 

@@ -10,8 +10,8 @@ from drills.checks.base import (
     expected_text,
     result,
 )
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
-from drills.model.scenario import Check
 
 __all__ = ["check_retry_amplification", "check_tool_timeouts"]
 

@@ -21,9 +21,9 @@ held its waiters past their limit, and whether the other workflows were still se
 from __future__ import annotations
 
 from drills.checks.base import Evaluation, result
+from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.records import Record
-from drills.model.scenario import Check
 
 __all__ = ["check_workflow_fallbacks", "check_workflow_wait", "check_workflows_served"]
 

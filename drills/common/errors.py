@@ -55,6 +55,7 @@ __all__ = [
     "ToxiproxyError",
 ]
 
+EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FAULT_LEFT = 3

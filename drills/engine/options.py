@@ -123,6 +123,12 @@ class RunOptions:
     component_states: dict[str, Path] = field(default_factory=dict)
     """Components of the stack that another supervisor runs, by name: its state directory
     (the gateway of a profile run beside a running stack, ``drills.engine.sharing``)."""
+    label: str | None = None
+    """What the run is of, as the team names it (``--label``: a release, a git sha); kept in
+    the journal and the run history."""
+    history: str | None = None
+    """Where the run history is kept (``--history``: a path, ``sqlite:///PATH`` or ``none``;
+    ``None``: ``$DRILLS_HISTORY`` or the default file, ``drills.engine.history``)."""
 
 
 def attach_of(scenario: Scenario, options: RunOptions) -> Attach | None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drills.checks import Evaluation, evaluate, is_error, percentile
 from drills.checks.alerts import (
@@ -37,25 +37,25 @@ from drills.checks.detection import alert_history, detection_matrix
 from drills.checks.observed import attribute
 from drills.checks.promql import check_queries
 from drills.common.errors import (
-    ConfigError,
-    HopError,
     InputError,
     Interrupted,
     KillSwitch,
     LoadError,
     SafetyViolation,
 )
-from drills.common.hop import HopClient, HopRecord
+from drills.common.hop import HopClient
 from drills.common.redact import redact
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument, format_path
-from drills.engine.chain import ChainState, differences, read_chain
+from drills.engine.abort import abort_reason
+from drills.engine.chain import differences
 from drills.engine.claims import run_claims
 from drills.engine.clock import PhaseClock, replaced_at
 from drills.engine.events import RunEvent
 from drills.engine.exporter import DrillExporter
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
+from drills.engine.history import keep
 from drills.engine.ledger import Ledger
 from drills.engine.monitoring import embedded_monitoring
 from drills.engine.options import (
@@ -81,6 +81,7 @@ from drills.engine.safety import (
     register_run,
 )
 from drills.engine.sharing import beside, running_host
+from drills.engine.stack_reads import StackReads
 from drills.engine.twin_plan import twin_outcome
 from drills.engine.watchdog import Watchdog
 from drills.load import LoadProcess, RecordReader, load_prompts
@@ -98,7 +99,6 @@ from drills.model.journal import (
 )
 from drills.model.records import Record
 from drills.model.scenario import (
-    AbortCondition,
     Scenario,
     check_adapter_hops,
     check_profile,
@@ -107,10 +107,6 @@ from drills.model.scenario import (
 )
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, Prepares, build
-from stack.state import read_state
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Interrupted", "Runner"]
 
@@ -150,6 +146,12 @@ class Runner:
         self._pager: Pager | None = None  # the pager, while a drill that names one runs
         self._exporter: DrillExporter | None = None  # the drill's metrics, when asked for
         self._unread: list[str] = []
+
+    @property
+    def reads(self) -> StackReads:
+        """The stack's reads, with the options as they are now (a run beside the running
+        stack replaces them: ``_beside_running_stack``)."""
+        return StackReads(self.scenario, self.doc, self.options)
 
     @property
     def revert_errors(self) -> list[str]:
@@ -251,7 +253,7 @@ class Runner:
     def _run(self, run_dir: Path, abort_path: Path) -> Journal:
         endpoints = resolve_stack(self.scenario, self.options)
         check_health(endpoints, self.doc)
-        state_dir = self._state_dir()
+        state_dir = self.reads.state_dir_of_run()
         home = run_dir / "monitoring"
         beside = self.options.component_states
         twin = self.options.twin.twin if self.options.twin else None
@@ -271,7 +273,7 @@ class Runner:
         check_queries(scenario, self.doc, endpoints.prometheus)
         proxies, l7 = proxy_names(endpoints), l7_hop_names(endpoints)
         self._l7_hops = l7
-        check_targets(scenario, self.doc, proxies, self._components(state_dir), l7)
+        check_targets(scenario, self.doc, proxies, self.reads.components(state_dir), l7)
         check_adapter_hops(endpoints.adapter, self.doc, sorted({*proxies, *l7}))
         check_alert_rules(scenario, self.doc, endpoints.prometheus)
         check_alertmanager(self.doc, endpoints.alertmanager)
@@ -316,7 +318,7 @@ class Runner:
             if endpoints.hop is not None:
                 with HopClient(endpoints.hop) as hop:
                     self._hop_since = hop.next_seq()  # this run's records begin here
-            before = self._read_chain(endpoints, state_dir)
+            before = self.reads.chain(endpoints, state_dir)
             # The dead-man's switch: reverts this run's faults if the runner dies or hangs.
             watchdog = Watchdog.start(self.run_id, ledger.path, run_dir)
             try:
@@ -329,7 +331,7 @@ class Runner:
             for action in self._watchdog_actions:
                 detail = {k: v for k, v in action.items() if k != "event"}
                 self._event(f"watchdog_{action['event']}", **detail)
-            after = self._read_chain(endpoints, state_dir)
+            after = self.reads.chain(endpoints, state_dir)
             self._differs = differences(before, after)
             self._unread = sorted({*before.unread, *after.unread})
             for line in self._differs:
@@ -407,7 +409,7 @@ class Runner:
             scenario.probe_interval,
             gpu=scenario.gpu_telemetry or gpu_faults,
         )
-        self.retrieval_status = self._retrieval_probe(prober, state_dir, endpoints)
+        self.retrieval_status = self.reads.retrieval_probe(prober, state_dir, endpoints)
         return load, prober, RecordReader(records_path)
 
     def _walk(
@@ -548,9 +550,13 @@ class Runner:
             load=delivered,
             twin=self._twin(results, status, outcome.abort),
             run_dir=str(run_dir),
+            label=self.options.label,
         )
         # What is written and what is returned are the same, secrets masked in both.
         journal = Journal.model_validate(redact(journal.model_dump(mode="json")))
+        journal = keep(journal, self.options.history)
+        if journal.history is not None and not journal.history.written:
+            self._say(f"the run history was not written: {journal.history.reason}", "warning")
         journal.write(run_dir / "journal.json")
         from reports import render_all
 
@@ -615,7 +621,7 @@ class Runner:
         in (``drills.model.windows``: the one it was sent in, or the fault it met)."""
         records = outcome.live + outcome.reader.read_new()
         phases = outcome.phases or {p.name: (outcome.started_at,) * 2 for p in self.scenario.phases}
-        hop_records = self._hop_records(endpoints, outcome)
+        hop_records = self.reads.hop_records(endpoints, self._hop_since, self._say)
         if hop_records is not None:
             attribute(records, hop_records)
         if self.scenario.groups:
@@ -628,166 +634,18 @@ class Runner:
             (self.t0 or outcome.started_at, time.time()),
             [f.record() for f in faults],
             [Probe.model_validate(p) for p in prober.results],
-            self._lint(endpoints),
+            self.reads.lint(endpoints),
             prober.gpu,
             self.retrieval_status,
-            *self._agent_identity(state_dir, endpoints),
+            *self.reads.agent_identity(state_dir, endpoints),
             endpoints.adapter,
             hop_records,
-            self._tool_audit(state_dir),
+            self.reads.tool_audit(state_dir, self._began),
             self._l7_hops,
             endpoints.prometheus,
             self._pager.received() if self._pager is not None else None,
             self.options.confidence,
         )
-
-    @staticmethod
-    def _read_chain(endpoints: StackEndpoints, state_dir: Path | None) -> ChainState:
-        """The chain's state now: Toxiproxy's proxies, the L7 hop's faults and the embedded
-        stack's processes (``drills.engine.chain``)."""
-        state = read_state(state_dir) if state_dir is not None else None
-        components = state.components if state is not None else None
-        return read_chain(endpoints.toxiproxy, endpoints.hop, components)
-
-    def _tool_audit(self, state_dir: Path | None) -> list[dict[str, Any]] | None:
-        """The embedded tool server's audit log since the run began, when the drill has a
-        check that reads it (``drills.checks.agent``)."""
-        from drills.common.jsonl import read_jsonl
-
-        if state_dir is None or not any(c.check.startswith("tasks_") for c in self.scenario.expect):
-            return None
-        path = state_dir / "tools" / "audit.jsonl"
-        if not path.exists():
-            return None
-        return [e for e in read_jsonl(path) if float(e.get("time") or 0) >= self._began]
-
-    def _hop_records(self, endpoints: StackEndpoints, outcome: _Outcome) -> list[HopRecord] | None:
-        """What reached the L7 hop since the run began (``None``: no hop, or it cannot be read:
-        the checks then say that they fall back to the gateway's claim)."""
-        if endpoints.hop is None:
-            return None
-        try:
-            with HopClient(endpoints.hop) as client:
-                return client.all_records(self._hop_since)
-        except HopError as exc:
-            self._say(f"the L7 hop's records could not be read: {exc}", "warning")
-            return None
-
-    def _state_dir(self) -> Path | None:
-        """The embedded stack's state directory, when this run knows it."""
-        from stack.state import default_state_dir
-
-        if self.options.state_dir is not None:
-            return self.options.state_dir
-        return None if attach_of(self.scenario, self.options) else default_state_dir()
-
-    def _components(self, state_dir: Path | None) -> list[str] | None:
-        """The stack's components, or ``None`` when the drill has no process fault; raise
-        ``ConfigError`` when it has one and no embedded stack state is known."""
-        process = [
-            (i, j)
-            for i, p in enumerate(self.scenario.phases)
-            for j, f in enumerate(p.inject)
-            if f.kind.startswith("process.")
-        ]
-        if not process:
-            return None
-        state = read_state(state_dir) if state_dir else None
-        if state is None:
-            i, j = process[0]
-            where = (
-                f"{self.doc.path}:{self.doc.line_of(('phases', i, 'inject', j))} "
-                if self.doc
-                else ""
-            )
-            raise ConfigError(
-                [
-                    f"{where}phases[{i}].inject[{j}]: process faults need the embedded stack's "
-                    f"state ({state_dir or 'none given'} has none); pass --state-dir of the "
-                    "stack `drills stack up` started"
-                ]
-            )
-        return sorted(state.components)
-
-    def _stack_config_path(self, state_dir: Path | None, endpoints: StackEndpoints) -> str | None:
-        """The config the stack runs with: the embedded stack's copy (its real ports), else
-        the one given for an attached stack, else the profile."""
-        if state_dir is not None and (state_dir / "stack.yaml").exists():
-            return str(state_dir / "stack.yaml")
-        attach = attach_of(self.scenario, self.options)
-        if self.options.stack_config:
-            return self.options.stack_config
-        if attach is not None and attach.config:
-            base = self.doc.path.parent if self.doc else Path.cwd()
-            return str(base / attach.config)
-        return endpoints.profile
-
-    def _agent_identity(self, state_dir: Path | None, endpoints: StackEndpoints) -> tuple[str, str]:
-        """Who the gateway's agent calls tools as, and the tool server's hop name."""
-        from stack.config import load_stack_config
-
-        source = self._stack_config_path(state_dir, endpoints)
-        if source is not None:
-            try:
-                config = load_stack_config(source)
-            except ConfigError:
-                config = None
-            if config is not None and config.rag is not None:
-                return config.gateway.agent.agent_id, config.rag.tools.name
-        return "gateway-agent", "tools"
-
-    def _retrieval_probe(
-        self, prober: Prober, state_dir: Path | None, endpoints: StackEndpoints
-    ) -> dict[str, Any] | None:
-        """Add the recall probe to ``prober`` when the drill asks for it; its status."""
-        from drills.probes.retrieval import RecallProbe, load_queries
-        from stack.config import load_stack_config
-
-        scenario = self.scenario
-        wanted = scenario.retrieval_probe or any(
-            c.check == "retrieval_recall" for c in scenario.expect
-        )
-        if not wanted:
-            return None
-        source = self._stack_config_path(state_dir, endpoints)
-        if source is None:
-            return {"available": False, "reason": "no stack config known (pass --stack-config)"}
-        base = self.doc.path.parent if self.doc else Path.cwd()
-        queries = load_queries(
-            base / scenario.retrieval_queries if scenario.retrieval_queries else None
-        )
-        try:
-            probe = RecallProbe(load_stack_config(source), queries)
-        except ValueError as exc:
-            return {"available": False, "reason": str(exc)}
-        prober.sources["retrieval"] = probe.samples
-        prober.every["retrieval"] = scenario.retrieval_interval
-        return {
-            "available": True,
-            "config": source,
-            "queries": len(queries.queries),
-            "k": queries.k,
-        }
-
-    def _lint(self, endpoints: StackEndpoints) -> list[dict[str, Any]] | None:
-        """Lint findings on the stack's config (``None`` when the stack's config is unknown)."""
-        from drills.lint import lint_stack
-
-        attach = attach_of(self.scenario, self.options)
-        source = self.options.stack_config
-        if source is None and attach is not None and attach.config:
-            # A scenario's own ``stack.config`` is relative to the scenario file.
-            base = self.doc.path.parent if self.doc else Path.cwd()
-            source = str(base / attach.config)
-        elif source is None and attach is None:
-            source = endpoints.profile
-        if source is None:
-            return None
-        try:
-            return [f.as_json() for f in lint_stack(source, self.scenario.load.timeout)]
-        except ConfigError as exc:
-            logger.error("cannot lint the stack config %s: %s", source, exc)
-            return None
 
     def _warmup(self, reader: RecordReader, live: list[Record]) -> None:
         """Let the load start (Locust's own start-up, first requests to each engine) before
@@ -872,7 +730,7 @@ class Runner:
                 live.extend(reader.read_new())
                 self._until(phase, now, faults)
                 self._progress(phase, now, clock.windows[phase], live)
-                abort = self._check_abort(live)
+                abort = abort_reason(self.scenario.abort_when, live, time.time(), self.t0)
                 if abort is not None:
                     self._event("aborted", **abort)
                     return abort
@@ -898,59 +756,3 @@ class Runner:
             f"elapsed {now:4.0f}s  {rps:4.1f} req/s  p50 {p50}  p99 {p99}  "
             f"requests {len(live)}  errors {errors}  fallbacks {fallbacks}"
         )
-
-    def _stalled(
-        self, condition: AbortCondition, live: list[Record], now: float
-    ) -> dict[str, Any] | None:
-        """``answer_rate``: answers (any status but none) that came in the last ``for``, per
-        second; judged once the phases have run that long, so the warm-up's ramp is not a
-        stall."""
-        assert condition.below is not None  # validated
-        if now - self.t0 < condition.for_:
-            return None
-        since = now - condition.for_
-        answered = sum(
-            1 for r in live if r.status != 0 and r.e2e is not None and r.start + r.e2e >= since
-        )
-        rate = answered / condition.for_
-        if rate >= condition.below:
-            return None
-        return {
-            "cause": "abort_condition",
-            "check": condition.check,
-            "observed": round(rate, 3),
-            "below": condition.below,
-            "for": condition.for_,
-            "reason": f"{answered} answers in the last {condition.for_:g}s: the stack stopped "
-            "answering",
-        }
-
-    def _check_abort(self, live: list[Record]) -> dict[str, Any] | None:
-        now = time.time()
-        for condition in self.scenario.abort_when:
-            if condition.check == "answer_rate":
-                stalled = self._stalled(condition, live, now)
-                if stalled is not None:
-                    return stalled
-                continue
-            # Judged once the phases have run as long as the window (as answer_rate is): a
-            # window that reaches back into the warm-up is not the drill's last ``for``.
-            if now - self.t0 < condition.for_:
-                continue
-            window = [r for r in live if r.start >= now - condition.for_]
-            if len(window) < condition.min_requests:
-                continue
-            if condition.check == "error_rate":
-                rate = sum(is_error(r) for r in window) / len(window)
-            else:
-                rate = sum(r.fallback for r in window) / len(window)
-            assert condition.above is not None  # validated
-            if rate > condition.above:
-                return {
-                    "cause": "abort_condition",
-                    "check": condition.check,
-                    "observed": round(rate, 3),
-                    "above": condition.above,
-                    "for": condition.for_,
-                }
-        return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drills.model.journal import CheckResult, RunStatus, TwinOutcome
-from drills.model.scenario import Twin
+from drills.model.twins import Twin
 
 __all__ = ["TwinPlan", "twin_outcome"]
 

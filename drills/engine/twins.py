@@ -36,7 +36,8 @@ from drills.engine.sharing import base_profile, beside, cannot_share, running_ho
 from drills.engine.twin_plan import TwinPlan, twin_outcome
 from drills.model.faults import KubernetesFault
 from drills.model.journal import Journal
-from drills.model.scenario import Attach, Scenario, Twin, twin_litellm, twin_profile
+from drills.model.scenario import Attach, Scenario
+from drills.model.twins import Twin, twin_litellm, twin_profile
 
 __all__ = ["TwinPlan", "in_twin_cluster", "pick_twins", "run_twin", "twin_outcome"]
 

@@ -402,6 +402,39 @@ class Rollbacks(_Model):
         return [*self.failed, *(f"differs from before the drill: {d}" for d in self.differs)]
 
 
+class PastCheck(_Model):
+    """One check of an earlier run, as the run history kept it."""
+
+    label: str
+    observed: float | None
+    observed_text: str
+    passed: bool
+    conclusive: bool | None = None
+
+
+class PastRun(_Model):
+    """An earlier run of the same drill (and the same twin, if any), from the run history."""
+
+    run_id: str
+    label: str | None = None
+    started_at: float
+    verdict: str
+    checks: list[PastCheck] = Field(default_factory=list)
+
+
+class RunHistory(_Model):
+    """Where this run was kept, and the runs of the same drill before it (oldest first), so
+    that the report shows each check over the last runs from the journal alone."""
+
+    store: str
+    """The history's location (``sqlite:///...``); its credentials, if any, masked."""
+    written: bool
+    """Whether this run is in it. ``False`` with ``reason``: it could not be written (the
+    run, its journal and its reports are complete all the same)."""
+    reason: str | None = None
+    previous: list[PastRun] = Field(default_factory=list)
+
+
 class Journal(_Model):
     format: Literal[3] = 3
     drill: str
@@ -448,6 +481,11 @@ class Journal(_Model):
     twin: TwinOutcome | None = None
     """Set when the run was on one of the drill's twins (``drills run --twin``)."""
     run_dir: str
+    label: str | None = None
+    """What this run is of, as the team names it (``--label``: a release, a git sha)."""
+    history: RunHistory | None = None
+    """The run history's account of this run and the ones before it (``None``: the history
+    is off, ``--history none``)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

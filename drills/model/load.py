@@ -118,7 +118,7 @@ class LoadConfig(_Model):
     ``STREAMS_PER_WORKER`` streams, then one more per as many, at most one per core); 1 is a
     single process, no master."""
     remote: RemoteWorkers | None = None
-    """Locust workers on other hosts (``stack/deploy/kubernetes/40-load-workers.yaml`` runs
+    """Locust workers on other hosts (``stack/deploy/load-workers.yaml`` runs
     them as a Job, each ``drills load-worker --master HOST:PORT``): the master listens at
     ``bind`` and waits ``wait`` for ``workers`` of them before the warm-up begins."""
     spawn_rate: float = Field(default=10.0, gt=0)

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -27,18 +26,13 @@ from pydantic import (
 )
 
 from drills.common.errors import ConfigError
-from drills.common.plugins import PluginError
-from drills.common.units import Duration, parse_duration
+from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import (
     ALERT_FAMILIES,
-    ALERT_TIMED,
-    CheckFamily,
     families,
-    family_of,
-    known_checks,
-    plugin_problems,
 )
+from drills.model.expect import AbortCondition, Check, bound_value
 from drills.model.faults import (
     BUILTIN_FAULTS,
     HOP_FAULTS,
@@ -56,6 +50,16 @@ from drills.model.load import FallbackRule, LoadConfig, ResumePolicy
 from drills.model.records import Record
 from drills.model.references import scenario_references
 from drills.model.spec import SpecModel as _Model
+from drills.model.twins import (
+    Twin,
+    TwinKubernetes,
+    TwinMonitoring,
+    twin_file_problems,
+    twin_label_problems,
+    twin_litellm,
+    twin_profile,
+    twin_rules,
+)
 
 __all__ = [
     "BUILTIN_FAULTS",
@@ -75,6 +79,7 @@ __all__ = [
     "Twin",
     "TwinKubernetes",
     "TwinMonitoring",
+    "bound_value",
     "check_adapter_hops",
     "check_profile",
     "check_targets",
@@ -82,6 +87,8 @@ __all__ = [
     "fault_models",
     "load_scenario",
     "scenario_schema",
+    "twin_litellm",
+    "twin_profile",
     "twin_rules",
     "waits_for_replacement",
 ]
@@ -95,7 +102,7 @@ def expand_env(value: str) -> str:
     return ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
 
 
-# -- phases, checks, aborts -----------------------------------------------------------------
+# -- phases -----------------------------------------------------------------
 
 
 class Phase(_Model):
@@ -109,254 +116,6 @@ class Phase(_Model):
     ready (read live, about once a second: the supervisor's events, Docker's health events, the
     pods' watch), at most ``duration`` after it began; the phases after it move up. A game
     day does not sit out the rest of a window sized for the slowest restart."""
-
-
-def bound_value(value: float | str | None) -> float | None:
-    """A check's bound as a number (durations in seconds)."""
-    if value is None:
-        return None
-    return parse_duration(value) if isinstance(value, str) else float(value)
-
-
-class Check(_Model):
-    check: str
-    name: str | None = None
-    during: str | None = None
-    """A phase name; the whole drill if omitted."""
-    below: float | str | None = None
-    above: float | str | None = None
-    target: str | None = None
-    source: str | None = None
-    """prometheus: whose metrics (gateway, toxiproxy or an engine replica's name); engine.*:
-    the one engine judged (default: every engine the run scraped)."""
-    metric: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    agg: Literal["increase", "max", "min", "avg", "last"] = "last"
-    """prometheus, promql: how the window's values become one: ``increase`` reads a counter (a
-    drop is a restart from zero, as Prometheus' ``increase`` has it), the others any value."""
-    query: str | None = None
-    """promql: a PromQL expression, evaluated on the team's Prometheus (``stack.attach.
-    prometheus``) over the window as a range query; its values across the window (and across
-    its series, if it returns several) become one by ``agg``."""
-    baseline: str | None = None
-    """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
-    group: str | None = None
-    """group_ratio, group_ks: the group judged (``Scenario.groups``: the canary)."""
-    against: str | None = None
-    """group_ratio, group_ks: the group it is compared with (the stable replicas)."""
-    since: Literal["fault_start", "fault_end"] = "fault_end"
-    """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
-    workflow: Literal["brief", "lookup"] | None = None
-    """workflow_* checks: the kind of workflow judged (default: every kind)."""
-    within: Duration | None = None
-    """workflows_served: an answer counts as served only when it came within this (a lookup
-    answered only after a frozen orchestrator thawed was starved, not served);
-    workflow_fallbacks: a fallback counts only when it came within this (the designed
-    degradation answers in time; one that came only after the fault ended proves no limit)."""
-    alert: str | None = None
-    """alert_*: the alert's name (its ``alertname``), as the team's rules define it;
-    alert_quiet and alert_runbook: a regular expression (PromQL's ``=~``), without it any
-    alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
-    runbook: str | None = None
-
-    @model_validator(mode="after")
-    def _coherent(self) -> Check:
-        try:
-            family = family_of(self.check)
-        except PluginError as exc:
-            raise ValueError(str(exc)) from None
-        if family is None:
-            broken = "".join(f"; {e}" for e in plugin_problems())
-            raise ValueError(
-                f"unknown check {self.check!r}; expected one of: {', '.join(known_checks())} "
-                f"(pNN: p50, p75, p90, p95, p99, p999){broken}"
-            )
-        name = self.check
-        if not family.takes_during and (self.above is not None or self.during is not None):
-            raise ValueError(
-                f"check {name!r} lints the stack's config: it takes no 'above' or "
-                "'during' (optional 'below': how many error findings are tolerated, default 1)"
-            )
-        if family.needs_bound and self.below is None and self.above is None:
-            raise ValueError(f"check {name!r} needs a bound: below or above")
-        if family.only_below and self.above is not None:
-            raise ValueError(f"check {name!r} takes only 'below'")
-        if family.needs_target and not self.target:
-            raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
-        if family.family.startswith("engine") and (
-            self.metric or self.labels or "agg" in self.model_fields_set
-        ):
-            raise ValueError(
-                f"check {name!r} reads its own metric from the engines (vLLM's, by name across "
-                "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
-                "check: prometheus with source and metric"
-            )
-        if (self.query is not None) != (family.family == "promql"):
-            raise ValueError(
-                f"check {name!r} takes no 'query' (check: promql does)"
-                if self.query is not None
-                else "check 'promql' needs a 'query' (a PromQL expression)"
-            )
-        self._alert_fields(family)
-        missing = [f for f in family.fields if not getattr(self, f)]
-        if missing:
-            raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
-        durations = family.bounds == "duration"
-        for bound in (self.below, self.above):
-            if bound is None:
-                continue
-            if durations and not isinstance(bound, str):
-                raise ValueError(
-                    f"check {name!r} compares durations; write the bound with a unit "
-                    f"(e.g. 2s, 500ms), not {bound!r}"
-                )
-            if not durations and isinstance(bound, str):
-                raise ValueError(f"check {name!r} compares numbers, not durations")
-        self._reachable(family)
-        return self
-
-    def _alert_fields(self, family: CheckFamily) -> None:
-        """``within`` only where a check takes it; the alert checks' own fields (``alert``,
-        and for the timed ones ``within``) and no other check's."""
-        name = self.check
-        if (
-            self.within is not None
-            and name not in ("workflows_served", "workflow_fallbacks")
-            and name not in ALERT_TIMED
-        ):
-            raise ValueError(
-                f"check {name!r} takes no 'within' (only workflows_served, workflow_fallbacks, "
-                f"{', '.join(sorted(ALERT_TIMED))} do)"
-            )
-        if family.family not in ALERT_FAMILIES:
-            if self.alert is not None:
-                raise ValueError(
-                    f"check {name!r} takes no 'alert' (the alert_* checks do: "
-                    f"{', '.join(sorted(ALERT_FAMILIES))})"
-                )
-            return
-        if self.below is not None or self.above is not None:
-            raise ValueError(
-                f"check {name!r} takes no 'below' or 'above'"
-                + (
-                    ": its bound is 'within' (e.g. within: 30s)"
-                    if name in ALERT_TIMED
-                    else ": it passes when no alert of the set fired in the window"
-                    if name == "alert_quiet"
-                    else ": it passes when every alert of the set that fired in the window "
-                    "names a runbook step that exists"
-                )
-            )
-        if name in ALERT_TIMED:
-            if not self.alert:
-                raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
-            if self.within is None:
-                raise ValueError(
-                    f"check {name!r} needs 'within': the longest time allowed from "
-                    + (
-                        "the fault's revert to the alert's end"
-                        if name == "alert_resolved_within"
-                        else "the fault's application"
-                    )
-                    + " (e.g. within: 30s)"
-                )
-
-    def _reachable(self, family: CheckFamily) -> None:
-        """Refuse bounds that no observation can meet, or that every observation meets (a
-        check that cannot fail proves nothing)."""
-        lo, hi = family.limits
-        below, above = bound_value(self.below), bound_value(self.above)
-        shown_below, shown_above = (
-            b if isinstance(b, str) else f"{b:g}" for b in (self.below or 0, self.above or 0)
-        )
-        what = {
-            "share": "a share lies in 0..1",
-            "duration": "a duration is 0s or more",
-            "count": "a count is 0 or more",
-            "findings": "a number of findings is 0 or more",
-        }.get(family.bounds, "")
-        if below is not None and below <= lo:
-            raise ValueError(f"below {shown_below} can never be met: {what}")
-        if above is not None and above >= hi:
-            raise ValueError(f"above {shown_above} can never be met: {what}")
-        if below is not None and below > hi and family.bounds == "share":
-            raise ValueError(f"below {shown_below} can never fail: {what}")
-        if above is not None and above < lo:
-            raise ValueError(f"above {shown_above} can never fail: {what}")
-        if below is not None and above is not None and below <= above:
-            raise ValueError(
-                f"below {shown_below} and above {shown_above} can never both be met: "
-                "nothing lies between them"
-            )
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        parts = [self.check]
-        if self.target:
-            parts.append(self.target)
-        if self.source:
-            parts.append(self.source)
-        if self.metric:
-            parts.append(self.metric)
-        if self.query:
-            parts.append(self.query)
-        if self.alert:
-            parts.append(self.alert)
-        if self.labels and self.alert is not None:
-            parts.append("{" + ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) + "}")
-        if self.group:
-            parts.append(f"{self.group}/{self.against}")
-        if self.workflow:
-            parts.append(self.workflow)
-        if self.during:
-            parts.append(f"during {self.during}")
-        return " ".join(parts)
-
-
-class AbortCondition(_Model):
-    """Stop the drill early: ``error_rate`` or ``fallback_rate`` ``above`` a share of the
-    requests sent in the last ``for``; or ``answer_rate`` ``below`` answers per second in the
-    last ``for`` (a stack that stopped answering: frozen, not failing). Judged once the phases
-    have run ``for``. The share is of requests, not of time: requests that fail fast outnumber
-    the slow successes before them, so ``above: 0.95, for: 130s`` can fire well before 130 s
-    of errors (measured: 96 s into a one-replica outage, at 2 failures a second)."""
-
-    check: Literal["error_rate", "fallback_rate", "answer_rate"]
-    above: float | None = Field(default=None, ge=0, le=1)
-    below: float | None = Field(default=None, gt=0)
-    for_: Duration = Field(default=10.0, alias="for")
-    min_requests: int = Field(default=3, ge=1)
-
-    @field_validator("for_")
-    @classmethod
-    def _window(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError(
-                "an abort condition judges the requests of the last 'for', which must be "
-                "longer than 0s (e.g. for: 10s)"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _bound(self) -> AbortCondition:
-        if self.check == "answer_rate":
-            if self.below is None or self.above is not None:
-                raise ValueError(
-                    "answer_rate aborts when fewer answers per second than 'below' came in the "
-                    "last 'for' (e.g. below: 0.2): give 'below' only"
-                )
-        elif self.above is None or self.below is not None:
-            raise ValueError(
-                f"{self.check} aborts above a share of the requests (0..1, e.g. above: 0.5): "
-                "give 'above' only"
-            )
-        return self
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
-    )
 
 
 class PrometheusEndpoint(_Model):
@@ -483,127 +242,6 @@ class Group(_Model):
             if values and seen not in values:
                 return False
         return True
-
-
-class TwinKubernetes(_Model):
-    """Where a twin's stack runs on Kubernetes, for a drill with kubernetes faults: the same
-    stack deployed broken in another namespace (or cluster context) of the user's."""
-
-    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    """Every kubernetes fault of the drill acts in this namespace on the twin (it must be in
-    the drill's ``kubernetes.allowed_namespaces``)."""
-    context: str | None = None
-    """The kubeconfig context the twin runs in (in the drill's ``allowed_contexts``)."""
-
-    @model_validator(mode="after")
-    def _says_where(self) -> TwinKubernetes:
-        if self.namespace is None and self.context is None:
-            raise ValueError("a Kubernetes twin names its 'namespace', its 'context' or both")
-        return self
-
-
-class TwinMonitoring(_Model):
-    """Monitoring the team fears, for a drill that asks the embedded stack's monitoring: the
-    same stack, its Prometheus evaluating these rules in place of the stack's own, and its
-    Alertmanager's route dropping every page when ``route: dropped``."""
-
-    rules: list[str] = Field(min_length=1)
-    """Prometheus rules files (relative to the scenario), in place of
-    ``stack/monitoring/rules.yml``: a ``for`` of 10 minutes, a rule on a metric no target
-    exposes, an alert without its runbook_url."""
-    route: Literal["pager", "dropped"] = "pager"
-    """``dropped``: Alertmanager's route sends every alert to a receiver with no integration
-    (a route that swallows the page); ``pager``: to the harness's pager, as the drill's."""
-
-
-class Twin(_Model):
-    """A broken stack the drill must fail on, and the checks that must catch it: the proof
-    that the drill can fail (``drills run --twin``). The twin's stack is a stack profile
-    (``profile``), a stack the user runs (``attach``, fields over the drill's own), a LiteLLM
-    config (``litellm``), or, for a drill with kubernetes faults, the stack deployed broken in
-    another namespace or context (``kubernetes``, with ``attach`` when its gateway differs);
-    or the drill's own stack watched by monitoring the team fears (``monitoring``)."""
-
-    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
-    """How ``--twin NAME`` picks it; default: the profile's name, else ``attached``."""
-    profile: str | None = None
-    """A stack profile (a name, or a YAML path relative to the scenario)."""
-    attach: dict[str, Any] | None = None
-    """Fields of the drill's ``stack.attach`` that differ on the twin (``gateway: URL`` of
-    the same gateway with a broken config, ``adapter``, ``config``)."""
-    litellm: str | None = None
-    """A LiteLLM proxy config (YAML, relative to the scenario): the harness starts LiteLLM
-    with it in front of the drill's stack and runs the drill on it in place of the drill's
-    gateway. A config without a ``model_list`` gets one deployment per primary hop of the
-    embedded stack (``stack.litellm``)."""
-    kubernetes: TwinKubernetes | None = None
-    """The namespace or context, on the twin, of every kubernetes fault of the drill (a
-    replica deployed without the controller that would replace it, say)."""
-    monitoring: TwinMonitoring | None = None
-    """The drill's own stack, its monitoring broken as a team fears (alert rules, a route
-    that drops the page): the detection checks must fail on it."""
-    must_fail: list[str]
-    """Labels of the drill's checks that must fail on the twin (``fallback_rate during
-    fault``, ``stack_lint``): the twin passes when exactly these fail."""
-    may_fail: list[str] = Field(default_factory=list)
-    """Checks that may go either way on the twin (say why in the YAML); any other check that
-    fails on it fails the twin."""
-    absent: list[str] = Field(default_factory=list)
-    """Hops or components the drill's faults target that the twin's stack does not have:
-    those faults are not applied on the twin."""
-    why: str = ""
-    """What is broken in the twin, in a sentence (shown in the report)."""
-    aborts: Literal["error_rate", "fallback_rate", "answer_rate"] | None = None
-    """The drill's abort condition (``abort_when``) that must stop the run on the twin: a
-    break that freezes the stack is caught by the abort, before the phases end. The twin then
-    holds when that condition stopped it and the checks (judged on what ran) failed as named."""
-
-    @field_validator("must_fail")
-    @classmethod
-    def _names_a_check(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError(
-                "a twin names at least one check that must fail on it: a twin that fails no "
-                "check proves nothing"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _one_stack(self) -> Twin:
-        given = [f for f in ("profile", "attach", "litellm") if getattr(self, f) is not None]
-        if self.monitoring is not None:
-            if given or self.kubernetes is not None:
-                raise ValueError(
-                    "a monitoring twin is the drill's own stack with other alert rules or "
-                    "route: not another stack too (got "
-                    f"{', '.join([*given, *(['kubernetes'] if self.kubernetes else [])])})"
-                )
-        elif self.kubernetes is not None:
-            if given not in ([], ["attach"]):
-                raise ValueError(
-                    "a Kubernetes twin is the drill's stack in another namespace or context, "
-                    "with 'attach' fields where its gateway differs: not a stack profile or "
-                    f"a LiteLLM config too (got {', '.join(given)})"
-                )
-        elif len(given) != 1:
-            raise ValueError(
-                "a twin is a stack profile ('profile'), a stack the user runs ('attach') or a "
-                "LiteLLM config the harness starts LiteLLM with ('litellm'): exactly one of "
-                f"them (got {', '.join(given) or 'none'})"
-            )
-        return self
-
-    @property
-    def key(self) -> str:
-        if self.name:
-            return self.name
-        if self.profile or self.litellm:
-            return Path(self.profile or self.litellm or "").stem
-        if self.kubernetes is not None:
-            return str(self.kubernetes.namespace or self.kubernetes.context)
-        if self.monitoring is not None:
-            return "monitoring"
-        return "attached"
 
 
 def _unwrap_attach(value: Any) -> Any:
@@ -883,25 +521,7 @@ class Scenario(_Model):
                     "abort_when checks: " + (", ".join(conditions) or "(none: add abort_when)"),
                     twin.aborts,
                 )
-            yield from _twin_label_problems(i, twin, labels)
-
-
-def _twin_label_problems(i: int, twin: Twin, labels: list[str]) -> Iterator[tuple[Loc, str, Any]]:
-    """The checks a twin names are the drill's, each in must_fail or may_fail, not both."""
-    for field in ("must_fail", "may_fail"):
-        for j, label in enumerate(getattr(twin, field)):
-            if label not in labels:
-                yield (
-                    ("twins", i, field, j),
-                    "the drill has no check of that label; expected one of: " + ", ".join(labels),
-                    label,
-                )
-            elif field == "may_fail" and label in twin.must_fail:
-                yield (
-                    ("twins", i, field, j),
-                    "already in must_fail: a check either must fail or may",
-                    label,
-                )
+            yield from twin_label_problems(i, twin, labels)
 
 
 def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
@@ -992,76 +612,6 @@ def load_scenario(path: Path | str) -> tuple[Scenario, YamlDocument]:
     return scenario, doc
 
 
-def twin_profile(twin: Twin, doc: YamlDocument | None) -> str | None:
-    """The twin's profile as ``load_stack_config`` takes it: a name, or a path (relative to
-    the scenario file when it lies there)."""
-    if twin.profile is None:
-        return None
-    if doc is not None and twin.profile.endswith((".yaml", ".yml")):
-        beside = doc.path.parent / twin.profile
-        if beside.exists():
-            return str(beside)
-    return twin.profile
-
-
-def twin_litellm(twin: Twin, doc: YamlDocument | None) -> Path | None:
-    """The twin's LiteLLM config file (relative to the scenario file)."""
-    if twin.litellm is None:
-        return None
-    base = doc.path.parent if doc is not None else Path.cwd()
-    return base / twin.litellm
-
-
-def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-    import yaml
-
-    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-    path = (doc.path.parent if doc is not None else Path.cwd()) / value
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        return [
-            f"{where}{format_path(loc)}: cannot read the LiteLLM config {path}: "
-            f"{exc.strerror} (got {value!r})"
-        ]
-    except yaml.YAMLError as exc:
-        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
-    if not isinstance(data, dict):
-        return [
-            f"{where}{format_path(loc)}: {path}: a LiteLLM config is a mapping "
-            f"(model_list, router_settings, litellm_settings, ...) (got {value!r})"
-        ]
-    return []
-
-
-def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
-    """A monitoring twin's rules files (relative to the scenario file); none for another."""
-    base = doc.path.parent if doc is not None else Path.cwd()
-    return [(base / r).resolve() for r in (twin.monitoring.rules if twin.monitoring else [])]
-
-
-def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-    import yaml
-
-    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-    path = (doc.path.parent if doc is not None else Path.cwd()) / value
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        return [
-            f"{where}{format_path(loc)}: cannot read the rules file {path}: {exc.strerror} "
-            f"(got {value!r})"
-        ]
-    except yaml.YAMLError as exc:
-        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
-    if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
-        return [
-            f"{where}{format_path(loc)}: {path}: a Prometheus rules file is a mapping with "
-            f"'groups' (a list of rule groups) (got {value!r})"
-        ]
-    return []
-
-
 def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
     """Each profile twin exists, and has every hop and component the drill's faults target
     except those its ``absent`` lists (and none of those): ``ConfigError`` located at the
@@ -1079,10 +629,7 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
                     f"{at}{format_path(aloc)}: no fault of the drill targets it; expected one "
                     f"of: {', '.join(sorted(targets)) or '(no faults)'} (got {name!r})"
                 )
-        if twin.litellm is not None:
-            problems += _litellm_problems(twin.litellm, doc, ("twins", i, "litellm"))
-        for j, rules in enumerate(twin.monitoring.rules if twin.monitoring else []):
-            problems += _rules_problems(rules, doc, ("twins", i, "monitoring", "rules", j))
+        problems += twin_file_problems(i, twin, doc)
         profile = twin_profile(twin, doc)
         if profile is None:
             continue

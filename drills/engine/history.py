@@ -1,0 +1,251 @@
+"""The run history: every run's verdict and checks, kept so that "is this release worse than
+last week's?" has an answer (``drills history DRILL``, and each report's history table).
+
+Where it is kept (``--history``, else ``$DRILLS_HISTORY``, else
+``$XDG_STATE_HOME/drills/history.sqlite``):
+
+- an SQLite file: ``sqlite:///ABSOLUTE/PATH`` or a plain path;
+- ``none``: no history; the runs are in their journals only.
+
+A team's shared PostgreSQL (``postgresql://``) is not supported yet, and refused as such.
+
+Each run is one row of ``runs`` (its drill, twin, label, times, verdict, journal's folder) and
+one row of ``checks`` per check (label, observed value and text, passed, conclusive, interval).
+Twin runs are kept beside their drill's, under the twin's name, and compared only with runs of
+the same twin. Keeping a run never fails it: a history that cannot be written is said in the
+journal (``history.written: false`` and why), and the run, its journal and its reports are
+complete all the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+from drills.common.errors import InputError
+from drills.common.system import state_home
+from drills.model.journal import Journal, PastCheck, PastRun, RunHistory
+
+__all__ = [
+    "HistoryStore",
+    "default_location",
+    "keep",
+    "open_history",
+]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    drill TEXT NOT NULL,
+    twin TEXT NOT NULL DEFAULT '',
+    label TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL NOT NULL,
+    verdict TEXT NOT NULL,
+    scenario_path TEXT,
+    run_dir TEXT,
+    kept_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_drill ON runs (drill, twin, started_at);
+CREATE TABLE IF NOT EXISTS checks (
+    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    check_name TEXT NOT NULL,
+    observed REAL,
+    observed_text TEXT NOT NULL,
+    expected TEXT NOT NULL,
+    passed INTEGER NOT NULL,
+    conclusive INTEGER,
+    low REAL,
+    high REAL,
+    samples INTEGER NOT NULL,
+    PRIMARY KEY (run_id, position)
+);
+"""
+
+PREVIOUS = 10
+"""How many earlier runs a journal carries for its report."""
+
+
+def default_location() -> str:
+    """``$DRILLS_HISTORY``, else the SQLite file beside the ledger and the run registry."""
+    return os.environ.get("DRILLS_HISTORY") or str(state_home() / "history.sqlite")
+
+
+def open_history(location: str | None) -> HistoryStore | None:
+    """The store at ``location`` (``None``: the default one); ``None`` for ``none``.
+    ``InputError`` for a location of a kind this version cannot keep a history in."""
+    where = default_location() if location is None else location
+    if where.strip().lower() == "none":
+        return None
+    scheme, sep, rest = where.partition("://")
+    if not sep:
+        return HistoryStore(Path(where).expanduser())
+    if scheme == "sqlite":
+        if not rest.startswith("/"):
+            raise InputError(
+                f"--history {where!r}: an SQLite history is sqlite:///ABSOLUTE/PATH (three "
+                "slashes) or a plain path"
+            )
+        return HistoryStore(Path(rest))
+    if scheme in ("postgresql", "postgres"):
+        raise InputError(
+            f"--history {scheme}://...: a PostgreSQL history is not supported yet; give an "
+            "SQLite file (a plain path or sqlite:///PATH), or none"
+        )
+    raise InputError(
+        f"--history {where!r}: unknown kind {scheme!r}; allowed: a path, sqlite:///PATH, none"
+    )
+
+
+class HistoryStore:
+    """An SQLite file of runs and their checks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def location(self) -> str:
+        return f"sqlite:///{self.path.resolve()}"
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Runs of a gate or of two users on one machine may end at once: wait for the lock.
+        with closing(sqlite3.connect(self.path, timeout=30)) as db:
+            db.execute("PRAGMA foreign_keys = ON")
+            with db:  # one transaction
+                db.executescript(SCHEMA)
+            with db:
+                yield db
+
+    def record(self, journal: Journal) -> None:
+        """Keep ``journal``'s run and checks (again, if it was kept before: replaced)."""
+        twin = journal.twin.name if journal.twin else ""
+        with self._connect() as db:
+            db.execute("DELETE FROM runs WHERE run_id = ?", (journal.run_id,))
+            db.execute(
+                "INSERT INTO runs (run_id, drill, twin, label, started_at, ended_at, verdict, "
+                "scenario_path, run_dir, kept_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    journal.run_id,
+                    journal.drill,
+                    twin,
+                    journal.label,
+                    journal.started_at,
+                    journal.ended_at,
+                    journal.verdict,
+                    journal.scenario_path,
+                    journal.run_dir,
+                    time.time(),
+                ),
+            )
+            db.executemany(
+                "INSERT INTO checks (run_id, position, label, check_name, observed, "
+                "observed_text, expected, passed, conclusive, low, high, samples) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        journal.run_id,
+                        i,
+                        c.label,
+                        c.check,
+                        c.observed,
+                        c.observed_text,
+                        c.expected,
+                        int(c.passed),
+                        None if c.conclusive is None else int(c.conclusive),
+                        c.interval[0] if c.interval else None,
+                        c.interval[1] if c.interval else None,
+                        c.samples,
+                    )
+                    for i, c in enumerate(journal.checks)
+                ],
+            )
+
+    def runs(
+        self,
+        drill: str,
+        *,
+        twin: str = "",
+        label: str | None = None,
+        last: int = 20,
+        before: float | None = None,
+    ) -> list[PastRun]:
+        """The last ``last`` runs of ``drill`` (on ``twin``; with ``label``; started before
+        ``before``), oldest first, each with its checks."""
+        query = "SELECT run_id, label, started_at, verdict FROM runs WHERE drill = ? AND twin = ?"
+        args: list[object] = [drill, twin]
+        if label is not None:
+            query += " AND label = ?"
+            args.append(label)
+        if before is not None:
+            query += " AND started_at < ?"
+            args.append(before)
+        query += " ORDER BY started_at DESC LIMIT ?"
+        args.append(last)
+        with self._connect() as db:
+            rows = db.execute(query, args).fetchall()
+            runs = []
+            for run_id, run_label, started_at, verdict in reversed(rows):
+                checks = [
+                    PastCheck(
+                        label=c[0],
+                        observed=c[1],
+                        observed_text=c[2],
+                        passed=bool(c[3]),
+                        conclusive=None if c[4] is None else bool(c[4]),
+                    )
+                    for c in db.execute(
+                        "SELECT label, observed, observed_text, passed, conclusive FROM checks "
+                        "WHERE run_id = ? ORDER BY position",
+                        (run_id,),
+                    )
+                ]
+                runs.append(
+                    PastRun(
+                        run_id=run_id,
+                        label=run_label,
+                        started_at=started_at,
+                        verdict=verdict,
+                        checks=checks,
+                    )
+                )
+        return runs
+
+    def drills(self) -> dict[str, int]:
+        """Every drill the history has runs of (its own, not its twins'), with their count."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT drill, COUNT(*) FROM runs WHERE twin = '' GROUP BY drill ORDER BY drill"
+            ).fetchall()
+        return {drill: count for drill, count in rows}
+
+
+def keep(journal: Journal, location: str | None) -> Journal:
+    """``journal`` kept in the history at ``location`` (``None``: the default), with the
+    history's account of it and the runs before it. Never raises for the store: a history
+    that cannot be opened or written is said in ``journal.history`` instead."""
+    try:
+        store = open_history(location)
+    except InputError as exc:  # validated before the run; kept safe here all the same
+        return journal.model_copy(
+            update={"history": RunHistory(store=str(location), written=False, reason=str(exc))}
+        )
+    if store is None:
+        return journal
+    twin = journal.twin.name if journal.twin else ""
+    try:
+        previous = store.runs(journal.drill, twin=twin, last=PREVIOUS, before=journal.started_at)
+        store.record(journal)
+    except (sqlite3.Error, OSError) as exc:
+        reason = f"could not keep the run in {store.location}: {exc}"
+        history = RunHistory(store=store.location, written=False, reason=reason)
+    else:
+        history = RunHistory(store=store.location, written=True, previous=previous)
+    return journal.model_copy(update={"history": history})

@@ -1,0 +1,275 @@
+"""What a drill expects (``expect:`` and ``abort_when:`` of a scenario): the checks that decide
+its verdict and the conditions that stop it early.
+
+A ``Check`` is validated against its family (``drills.model.check_families``): the fields it
+takes, whether it needs a bound and in which unit, and whether that bound can be met and can
+fail at all. A check that cannot fail proves nothing, so it is refused where it is written.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from drills.common.plugins import PluginError
+from drills.common.units import Duration, parse_duration
+from drills.model.check_families import (
+    ALERT_FAMILIES,
+    ALERT_TIMED,
+    CheckFamily,
+    family_of,
+    known_checks,
+    plugin_problems,
+)
+from drills.model.spec import SpecModel as _Model
+
+__all__ = ["AbortCondition", "Check", "bound_value"]
+
+
+def bound_value(value: float | str | None) -> float | None:
+    """A check's bound as a number (durations in seconds)."""
+    if value is None:
+        return None
+    return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+class Check(_Model):
+    check: str
+    name: str | None = None
+    during: str | None = None
+    """A phase name; the whole drill if omitted."""
+    below: float | str | None = None
+    above: float | str | None = None
+    target: str | None = None
+    source: str | None = None
+    """prometheus: whose metrics (gateway, toxiproxy or an engine replica's name); engine.*:
+    the one engine judged (default: every engine the run scraped)."""
+    metric: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    agg: Literal["increase", "max", "min", "avg", "last"] = "last"
+    """prometheus, promql: how the window's values become one: ``increase`` reads a counter (a
+    drop is a restart from zero, as Prometheus' ``increase`` has it), the others any value."""
+    query: str | None = None
+    """promql: a PromQL expression, evaluated on the team's Prometheus (``stack.attach.
+    prometheus``) over the window as a range query; its values across the window (and across
+    its series, if it returns several) become one by ``agg``."""
+    baseline: str | None = None
+    """tokens_ratio: the phase compared with (default: ``baseline``, else the first)."""
+    group: str | None = None
+    """group_ratio, group_ks: the group judged (``Scenario.groups``: the canary)."""
+    against: str | None = None
+    """group_ratio, group_ks: the group it is compared with (the stable replicas)."""
+    since: Literal["fault_start", "fault_end"] = "fault_end"
+    """recovered_within: count from when the faults began (a kill) or ended (a latency)."""
+    workflow: Literal["brief", "lookup"] | None = None
+    """workflow_* checks: the kind of workflow judged (default: every kind)."""
+    within: Duration | None = None
+    """workflows_served: an answer counts as served only when it came within this (a lookup
+    answered only after a frozen orchestrator thawed was starved, not served);
+    workflow_fallbacks: a fallback counts only when it came within this (the designed
+    degradation answers in time; one that came only after the fault ended proves no limit)."""
+    alert: str | None = None
+    """alert_*: the alert's name (its ``alertname``), as the team's rules define it;
+    alert_quiet and alert_runbook: a regular expression (PromQL's ``=~``), without it any
+    alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
+    runbook: str | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Check:
+        try:
+            family = family_of(self.check)
+        except PluginError as exc:
+            raise ValueError(str(exc)) from None
+        if family is None:
+            broken = "".join(f"; {e}" for e in plugin_problems())
+            raise ValueError(
+                f"unknown check {self.check!r}; expected one of: {', '.join(known_checks())} "
+                f"(pNN: p50, p75, p90, p95, p99, p999){broken}"
+            )
+        name = self.check
+        if not family.takes_during and (self.above is not None or self.during is not None):
+            raise ValueError(
+                f"check {name!r} lints the stack's config: it takes no 'above' or "
+                "'during' (optional 'below': how many error findings are tolerated, default 1)"
+            )
+        if family.needs_bound and self.below is None and self.above is None:
+            raise ValueError(f"check {name!r} needs a bound: below or above")
+        if family.only_below and self.above is not None:
+            raise ValueError(f"check {name!r} takes only 'below'")
+        if family.needs_target and not self.target:
+            raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
+        if family.family.startswith("engine") and (
+            self.metric or self.labels or "agg" in self.model_fields_set
+        ):
+            raise ValueError(
+                f"check {name!r} reads its own metric from the engines (vLLM's, by name across "
+                "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
+                "check: prometheus with source and metric"
+            )
+        if (self.query is not None) != (family.family == "promql"):
+            raise ValueError(
+                f"check {name!r} takes no 'query' (check: promql does)"
+                if self.query is not None
+                else "check 'promql' needs a 'query' (a PromQL expression)"
+            )
+        self._alert_fields(family)
+        missing = [f for f in family.fields if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
+        durations = family.bounds == "duration"
+        for bound in (self.below, self.above):
+            if bound is None:
+                continue
+            if durations and not isinstance(bound, str):
+                raise ValueError(
+                    f"check {name!r} compares durations; write the bound with a unit "
+                    f"(e.g. 2s, 500ms), not {bound!r}"
+                )
+            if not durations and isinstance(bound, str):
+                raise ValueError(f"check {name!r} compares numbers, not durations")
+        self._reachable(family)
+        return self
+
+    def _alert_fields(self, family: CheckFamily) -> None:
+        """``within`` only where a check takes it; the alert checks' own fields (``alert``,
+        and for the timed ones ``within``) and no other check's."""
+        name = self.check
+        if (
+            self.within is not None
+            and name not in ("workflows_served", "workflow_fallbacks")
+            and name not in ALERT_TIMED
+        ):
+            raise ValueError(
+                f"check {name!r} takes no 'within' (only workflows_served, workflow_fallbacks, "
+                f"{', '.join(sorted(ALERT_TIMED))} do)"
+            )
+        if family.family not in ALERT_FAMILIES:
+            if self.alert is not None:
+                raise ValueError(
+                    f"check {name!r} takes no 'alert' (the alert_* checks do: "
+                    f"{', '.join(sorted(ALERT_FAMILIES))})"
+                )
+            return
+        if self.below is not None or self.above is not None:
+            raise ValueError(
+                f"check {name!r} takes no 'below' or 'above'"
+                + (
+                    ": its bound is 'within' (e.g. within: 30s)"
+                    if name in ALERT_TIMED
+                    else ": it passes when no alert of the set fired in the window"
+                    if name == "alert_quiet"
+                    else ": it passes when every alert of the set that fired in the window "
+                    "names a runbook step that exists"
+                )
+            )
+        if name in ALERT_TIMED:
+            if not self.alert:
+                raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
+            if self.within is None:
+                raise ValueError(
+                    f"check {name!r} needs 'within': the longest time allowed from "
+                    + (
+                        "the fault's revert to the alert's end"
+                        if name == "alert_resolved_within"
+                        else "the fault's application"
+                    )
+                    + " (e.g. within: 30s)"
+                )
+
+    def _reachable(self, family: CheckFamily) -> None:
+        """Refuse bounds that no observation can meet, or that every observation meets (a
+        check that cannot fail proves nothing)."""
+        lo, hi = family.limits
+        below, above = bound_value(self.below), bound_value(self.above)
+        shown_below, shown_above = (
+            b if isinstance(b, str) else f"{b:g}" for b in (self.below or 0, self.above or 0)
+        )
+        what = {
+            "share": "a share lies in 0..1",
+            "duration": "a duration is 0s or more",
+            "count": "a count is 0 or more",
+            "findings": "a number of findings is 0 or more",
+        }.get(family.bounds, "")
+        if below is not None and below <= lo:
+            raise ValueError(f"below {shown_below} can never be met: {what}")
+        if above is not None and above >= hi:
+            raise ValueError(f"above {shown_above} can never be met: {what}")
+        if below is not None and below > hi and family.bounds == "share":
+            raise ValueError(f"below {shown_below} can never fail: {what}")
+        if above is not None and above < lo:
+            raise ValueError(f"above {shown_above} can never fail: {what}")
+        if below is not None and above is not None and below <= above:
+            raise ValueError(
+                f"below {shown_below} and above {shown_above} can never both be met: "
+                "nothing lies between them"
+            )
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = [self.check]
+        if self.target:
+            parts.append(self.target)
+        if self.source:
+            parts.append(self.source)
+        if self.metric:
+            parts.append(self.metric)
+        if self.query:
+            parts.append(self.query)
+        if self.alert:
+            parts.append(self.alert)
+        if self.labels and self.alert is not None:
+            parts.append("{" + ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) + "}")
+        if self.group:
+            parts.append(f"{self.group}/{self.against}")
+        if self.workflow:
+            parts.append(self.workflow)
+        if self.during:
+            parts.append(f"during {self.during}")
+        return " ".join(parts)
+
+
+class AbortCondition(_Model):
+    """Stop the drill early: ``error_rate`` or ``fallback_rate`` ``above`` a share of the
+    requests sent in the last ``for``; or ``answer_rate`` ``below`` answers per second in the
+    last ``for`` (a stack that stopped answering: frozen, not failing). Judged once the phases
+    have run ``for``. The share is of requests, not of time: requests that fail fast outnumber
+    the slow successes before them, so ``above: 0.95, for: 130s`` can fire well before 130 s
+    of errors (measured: 96 s into a one-replica outage, at 2 failures a second)."""
+
+    check: Literal["error_rate", "fallback_rate", "answer_rate"]
+    above: float | None = Field(default=None, ge=0, le=1)
+    below: float | None = Field(default=None, gt=0)
+    for_: Duration = Field(default=10.0, alias="for")
+    min_requests: int = Field(default=3, ge=1)
+
+    @field_validator("for_")
+    @classmethod
+    def _window(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(
+                "an abort condition judges the requests of the last 'for', which must be "
+                "longer than 0s (e.g. for: 10s)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _bound(self) -> AbortCondition:
+        if self.check == "answer_rate":
+            if self.below is None or self.above is not None:
+                raise ValueError(
+                    "answer_rate aborts when fewer answers per second than 'below' came in the "
+                    "last 'for' (e.g. below: 0.2): give 'below' only"
+                )
+        elif self.above is None or self.below is not None:
+            raise ValueError(
+                f"{self.check} aborts above a share of the requests (0..1, e.g. above: 0.5): "
+                "give 'above' only"
+            )
+        return self
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
