@@ -35,6 +35,7 @@ __all__ = [
     "default_location",
     "keep",
     "open_history",
+    "reference_runs",
 ]
 
 SCHEMA = """
@@ -176,14 +177,18 @@ class HistoryStore:
         label: str | None = None,
         last: int = 20,
         before: float | None = None,
+        verdict: str | None = None,
     ) -> list[PastRun]:
         """The last ``last`` runs of ``drill`` (on ``twin``; with ``label``; started before
-        ``before``), oldest first, each with its checks."""
+        ``before``; with ``verdict``), oldest first, each with its checks."""
         query = "SELECT run_id, label, started_at, verdict FROM runs WHERE drill = ? AND twin = ?"
         args: list[object] = [drill, twin]
         if label is not None:
             query += " AND label = ?"
             args.append(label)
+        if verdict is not None:
+            query += " AND verdict = ?"
+            args.append(verdict)
         if before is not None:
             query += " AND started_at < ?"
             args.append(before)
@@ -225,6 +230,26 @@ class HistoryStore:
                 "SELECT drill, COUNT(*) FROM runs WHERE twin = '' GROUP BY drill ORDER BY drill"
             ).fetchall()
         return {drill: count for drill, count in rows}
+
+
+def reference_runs(
+    location: str | None, drill: str, twin: str, before: float
+) -> tuple[list[PastRun] | None, str | None]:
+    """The runs a relative bound may compare with (``drills.engine.relative``): the last
+    earlier run of ``drill`` on ``twin`` started before ``before``, and the last such run that
+    passed, oldest first. ``(None, why)`` when no history can be read; never raises for it."""
+    try:
+        store = open_history(location)
+    except InputError as exc:
+        return None, str(exc)
+    if store is None:
+        return None, "the run history is off (--history none)"
+    try:
+        last = store.runs(drill, twin=twin, last=1, before=before)
+        passed = store.runs(drill, twin=twin, last=1, before=before, verdict="passed")
+    except (sqlite3.Error, OSError) as exc:
+        return None, f"could not read the run history {store.location}: {exc}"
+    return sorted({r.run_id: r for r in last + passed}.values(), key=lambda r: r.started_at), None
 
 
 def keep(journal: Journal, location: str | None) -> Journal:

@@ -55,7 +55,7 @@ from drills.engine.events import RunEvent
 from drills.engine.exporter import DrillExporter
 from drills.engine.faults import FaultLifecycle, FaultRun, parallel
 from drills.engine.hardware import refuse_without_hardware
-from drills.engine.history import keep
+from drills.engine.history import keep, reference_runs
 from drills.engine.ledger import Ledger
 from drills.engine.monitoring import embedded_monitoring
 from drills.engine.options import (
@@ -71,6 +71,7 @@ from drills.engine.options import (
     scenario_sends_at_once,
 )
 from drills.engine.pager import Pager
+from drills.engine.relative import judge_relative
 from drills.engine.safety import (
     SafetyPolicy,
     abort_request,
@@ -514,7 +515,7 @@ class Runner:
     ) -> Journal:
         """Checks over their windows, then the journal (written) and the reports."""
         ev = self._evaluation(endpoints, state_dir, faults, prober, outcome)
-        results = evaluate(ev)
+        results = self._relative(evaluate(ev), outcome.started_at)
         scenario = self.scenario
         delivered = self._delivered(run_dir, ev)
         status = self._status(outcome.status, delivered)
@@ -562,6 +563,16 @@ class Runner:
 
         render_all(journal, run_dir)
         return journal
+
+    def _relative(self, results: list[CheckResult], started_at: float) -> list[CheckResult]:
+        """The checks with a bound relative to the run history judged against their reference
+        run (``drills.engine.relative``); the others as they are."""
+        checks = self.scenario.expect
+        if not any(c.not_worse_than for c in checks):
+            return results
+        twin = self.options.twin.twin.key if self.options.twin else ""
+        previous, why = reference_runs(self.options.history, self.scenario.drill, twin, started_at)
+        return judge_relative(checks, results, previous, why)
 
     def _phase_windows(self, ev: Evaluation) -> list[PhaseWindow]:
         """Each phase as it ran; one that ended early (``until``) with its planned end."""

@@ -69,6 +69,10 @@ class CheckFamily:
     needs_bound: bool = True
     fields: tuple[str, ...] = ()
     """Fields this family requires besides a bound (``source``, ``metric``)."""
+    worse: Literal["higher", "lower"] | None = None
+    """Which way of its value is worse, where every check of the family agrees (latency:
+    higher); a relative bound (``not_worse_than``) uses it when the check has no bound to say.
+    Families of durations are worse higher unless they say otherwise."""
 
     def matches(self, name: str) -> bool:
         if self.pattern is not None:
@@ -105,6 +109,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
         "duration",
         pattern=r"(ttft|itl|e2e)\.p(50|75|90|95|99|999)",
         shown_as="ttft.pNN, itl.pNN, e2e.pNN",
+        worse="higher",
     ),
     CheckFamily(
         "rate",
@@ -117,6 +122,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
         "drills.checks.latency:check_spread",
         "count",
         names=("spread.ttft", "spread.itl", "spread.e2e"),
+        worse="higher",
     ),
     CheckFamily(
         "tokens",

@@ -24,7 +24,35 @@ from drills.model.check_families import (
 )
 from drills.model.spec import SpecModel as _Model
 
-__all__ = ["AbortCondition", "Check", "bound_value"]
+__all__ = ["REFERENCES", "AbortCondition", "Check", "bound_value", "relative_margin"]
+
+REFERENCES = ("last_passed", "last")
+"""What a relative bound compares with: the last earlier run of the drill that passed, or the
+last earlier run whatever its verdict (``drills.engine.relative``)."""
+
+
+def relative_margin(by: str | float) -> tuple[float, bool]:
+    """``by`` as ``(amount, is_share)``: ``10%`` is ``(0.10, True)``, a duration (``200ms``)
+    its seconds and ``False``. ``ValueError`` naming what is allowed for anything else."""
+    text = by.strip() if isinstance(by, str) else f"{by:g}"
+    if isinstance(by, str) and text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100
+        except ValueError:
+            share = -1.0
+        if share >= 0:
+            return share, True
+        raise ValueError(f"by {text!r}: a share is a number of 0 or more and %, e.g. by: 10%")
+    if isinstance(by, str):
+        try:
+            return parse_duration(text), False
+        except ValueError:
+            pass
+    shown = repr(text) if isinstance(by, str) else text
+    raise ValueError(
+        f"by {shown} needs a unit: a share of the reference run's value (by: 10%), or for a "
+        "check of durations a duration (by: 200ms)"
+    )
 
 
 def bound_value(value: float | str | None) -> float | None:
@@ -73,6 +101,17 @@ class Check(_Model):
     """alert_*: the alert's name (its ``alertname``), as the team's rules define it;
     alert_quiet and alert_runbook: a regular expression (PromQL's ``=~``), without it any
     alert. ``labels`` narrow it (``{upstream: vllm-0}``)."""
+    not_worse_than: Literal["last_passed", "last"] | None = None
+    """A bound relative to the run history: the observed value may be no worse than the same
+    check's in the last earlier run of this drill that passed (``last_passed``) or in the last
+    earlier run (``last``), by at most ``by``. With ``below``/``above`` too, both must hold.
+    With no such run in the history the check is not conclusive, and says why."""
+    by: str | float | None = None
+    """How much worse than the reference run is allowed: a share of its value (``10%``), or
+    for a check of durations a duration (``200ms``)."""
+    worse_when: Literal["higher", "lower"] | None = None
+    """Which way is worse for a relative bound; needed only where neither the check's
+    ``below``/``above`` nor its family says (``below`` means higher is worse)."""
     runbook: str | None = None
 
     @model_validator(mode="after")
@@ -93,8 +132,17 @@ class Check(_Model):
                 f"check {name!r} lints the stack's config: it takes no 'above' or "
                 "'during' (optional 'below': how many error findings are tolerated, default 1)"
             )
-        if family.needs_bound and self.below is None and self.above is None:
-            raise ValueError(f"check {name!r} needs a bound: below or above")
+        self._relative_fields(family)
+        if (
+            family.needs_bound
+            and self.below is None
+            and self.above is None
+            and self.not_worse_than is None
+        ):
+            raise ValueError(
+                f"check {name!r} needs a bound: below or above (or one relative to the run "
+                "history: not_worse_than: last_passed, by: 10%)"
+            )
         if family.only_below and self.above is not None:
             raise ValueError(f"check {name!r} takes only 'below'")
         if family.needs_target and not self.target:
@@ -117,19 +165,74 @@ class Check(_Model):
         missing = [f for f in family.fields if not getattr(self, f)]
         if missing:
             raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
+        self._bound_units(family)
+        self._reachable(family)
+        return self
+
+    def _bound_units(self, family: CheckFamily) -> None:
+        """Durations written with a unit, numbers without one."""
         durations = family.bounds == "duration"
         for bound in (self.below, self.above):
             if bound is None:
                 continue
             if durations and not isinstance(bound, str):
                 raise ValueError(
-                    f"check {name!r} compares durations; write the bound with a unit "
+                    f"check {self.check!r} compares durations; write the bound with a unit "
                     f"(e.g. 2s, 500ms), not {bound!r}"
                 )
             if not durations and isinstance(bound, str):
-                raise ValueError(f"check {name!r} compares numbers, not durations")
-        self._reachable(family)
-        return self
+                raise ValueError(f"check {self.check!r} compares numbers, not durations")
+
+    def _relative_fields(self, family: CheckFamily) -> None:
+        """``not_worse_than`` and ``by`` together, on a check with a value to compare, and a
+        way that is worse."""
+        name = self.check
+        if self.not_worse_than is None:
+            for field, value in (("by", self.by), ("worse_when", self.worse_when)):
+                if value is not None:
+                    raise ValueError(
+                        f"check {name!r}: {field!r} belongs to a bound relative to the run "
+                        "history; add not_worse_than: last_passed (or last)"
+                    )
+            return
+        if family.bounds == "findings" or family.family in ALERT_FAMILIES:
+            raise ValueError(
+                f"check {name!r} has no value to compare with an earlier run's: "
+                "not_worse_than is for checks of a rate, a duration, a count or a number"
+            )
+        if self.by is None:
+            raise ValueError(
+                f"check {name!r}: not_worse_than needs 'by', how much worse than the reference "
+                "run is allowed (e.g. by: 10%, or by: 0% for no worse at all)"
+            )
+        _, share = relative_margin(self.by)
+        if not share and family.bounds != "duration":
+            raise ValueError(
+                f"check {name!r} compares {family.bounds}s, not durations: write 'by' as a "
+                f"share of the reference run's value (e.g. by: 10%), not {self.by!r}"
+            )
+        if self.worse_direction(family) is None:
+            raise ValueError(
+                f"check {name!r}: which way is worse is not known for a relative bound; give "
+                "worse_when: higher (or lower), or a below/above bound"
+            )
+
+    def worse_direction(self, family: CheckFamily | None = None) -> str | None:
+        """``higher`` or ``lower``: which way of the observed value is worse (``None``: not
+        known). Said by ``worse_when``, else by the bound (``below``: higher), else by the
+        family (longer durations are worse)."""
+        if self.worse_when is not None:
+            return self.worse_when
+        if self.below is not None:
+            return "higher"
+        if self.above is not None:
+            return "lower"
+        family = family or family_of(self.check)
+        if family is None:
+            return None
+        if family.worse is not None:
+            return family.worse
+        return "higher" if family.bounds == "duration" else None
 
     def _alert_fields(self, family: CheckFamily) -> None:
         """``within`` only where a check takes it; the alert checks' own fields (``alert``,

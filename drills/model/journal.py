@@ -52,9 +52,13 @@ __all__ = [
     "LoadReport",
     "Page",
     "PagedAlert",
+    "PastCheck",
+    "PastRun",
     "PhaseWindow",
     "Probe",
+    "RelativeReference",
     "Rollbacks",
+    "RunHistory",
     "RunStatus",
     "Sample",
     "StackInfo",
@@ -204,6 +208,20 @@ class Detection(_Model):
     """Whether any layer showed it."""
 
 
+class RelativeReference(_Model):
+    """The earlier run a relative bound (``not_worse_than``) was judged against."""
+
+    run_id: str
+    label: str | None = None
+    started_at: float
+    which: str
+    """``last_passed`` or ``last``: how it was chosen."""
+    observed: float
+    observed_text: str
+    limit: float
+    """Its value made worse by the check's ``by``: the worst this run's value could be."""
+
+
 class CheckResult(_Model):
     label: str
     check: str
@@ -236,6 +254,9 @@ class CheckResult(_Model):
     itself is the observed value's."""
     confidence: float | None = None
     """The confidence of ``interval`` (``None``: 0.95, in journals from before it was kept)."""
+    reference: RelativeReference | None = None
+    """For a bound relative to the run history: the earlier run it was judged against
+    (``None``: no such bound, or no such run; the reason says which)."""
 
 
 class LoadProcessHealth(_Model):
