@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from drills.common.errors import EXIT_OK, InputError
-from drills.engine.history import HistoryStore, open_history
+from drills.engine.history import Store, open_history
 from drills.model.journal import PastRun
 
 __all__ = ["history_command"]
@@ -19,7 +19,7 @@ def history_command(args: argparse.Namespace) -> int:
     store = open_history(args.history)
     if store is None:
         raise InputError("--history none: there is no history to read")
-    known = store.drills() if store.path.exists() else {}
+    known = store.drills()
     if args.drill is None:
         return _list_drills(store, known, args.json)
     drill = _drill_name(args.drill)
@@ -56,7 +56,7 @@ def _drill_name(given: str) -> str:
     return given
 
 
-def _list_drills(store: HistoryStore, known: dict[str, int], as_json: bool) -> int:
+def _list_drills(store: Store, known: dict[str, int], as_json: bool) -> int:
     if as_json:
         print(json.dumps({"store": store.location, "drills": known}, indent=2))
     elif not known:
@@ -68,7 +68,7 @@ def _list_drills(store: HistoryStore, known: dict[str, int], as_json: bool) -> i
     return EXIT_OK
 
 
-def _print_runs(store: HistoryStore, drill: str, twin: str, runs: list[PastRun]) -> None:
+def _print_runs(store: Store, drill: str, twin: str, runs: list[PastRun]) -> None:
     on = f" on its twin {twin}" if twin else ""
     print(f"{drill}{on}: the last {len(runs)} run(s) in {store.location}, oldest first")
     for n, run in enumerate(runs, 1):

@@ -54,6 +54,18 @@ if [ "${1:-}" = pytest ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server) >&2
     if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
   fi
+  # The PostgreSQL run-history tests start their own server (Debian's postgresql, run from
+  # /usr/lib/postgresql/*/bin); the package is installed without starting its service.
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing PostgreSQL for the run-history tests (not started)" >&2
+    held=""
+    if ! [ -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      held=1
+    fi
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >&2
+    if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  fi
   # The load-worker test runs one worker with its wall clock set ahead by libfaketime (Debian's
   # faketime), to prove the master moves its records onto its own clock.
   if ! command -v faketime >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

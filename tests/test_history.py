@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from drills.common.errors import InputError
-from drills.engine.history import HistoryStore, keep, open_history
+from drills.common.ports import free_port
+from drills.engine.history import (
+    HistoryStore,
+    PostgresHistory,
+    Store,
+    keep,
+    open_history,
+    reference_runs,
+)
 from drills.model.journal import Journal
 from reports import render_all
 from tests.conftest import isolated_env
@@ -131,7 +139,7 @@ def test_a_history_that_cannot_be_written_loses_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("where", "said"),
     [
-        ("postgresql://drills:secret@db.example/drills", "PostgreSQL history is not supported"),
+        ("mysql://drills:secret@db.example/drills", r"'mysql://drills:\*\*\*@db.example/drills'"),
         ("sqlite://relative.sqlite", "sqlite:///ABSOLUTE/PATH"),
         ("redis://localhost", "unknown kind 'redis'"),
     ],
@@ -178,9 +186,71 @@ def test_drills_history_shows_each_check_across_the_runs(tmp_path: Path) -> None
 
 def test_a_bad_history_flag_is_refused_before_the_run(tmp_path: Path) -> None:
     scenario = Path(__file__).resolve().parent / "scenarios" / "tiny.yaml"
-    refused = drills(
-        tmp_path, "run", str(scenario), "--history", "postgresql://u:p@db/x", "--dry-run"
-    )
+    refused = drills(tmp_path, "run", str(scenario), "--history", "mysql://u:p@db/x", "--dry-run")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "a PostgreSQL history is not supported yet" in refused.stderr
+    assert "unknown kind 'mysql'" in refused.stderr
     assert "u:p" not in refused.stderr  # the URL's credentials are not echoed
+
+
+def _kept_everywhere(stores: list[Store]) -> None:
+    for store in stores:
+        for run, p99, label in ((1, 1.1, "v1"), (2, 2.4, "v2"), (3, 1.2, "v1")):
+            store.record(journal(run, label=label, p99=p99))
+        store.record(journal(4, twin="unsound", p99=5.0))
+        store.record(journal(5, drill="other"))
+        store.record(journal(2, label="v2", p99=2.4))  # kept again: replaced
+
+
+def test_a_postgresql_history_keeps_and_reads_what_an_sqlite_one_does(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """The same runs kept in a real PostgreSQL server and in an SQLite file read back the same,
+    to the last digit of their times."""
+    sqlite, postgres = open_history(str(tmp_path / "h.sqlite")), open_history(postgres_db)
+    assert isinstance(postgres, PostgresHistory) and sqlite is not None
+    _kept_everywhere([sqlite, postgres])
+    for drill, twin, label in (("demo", "", None), ("demo", "", "v1"), ("demo", "unsound", None)):
+        runs = postgres.runs(drill, twin=twin, label=label)
+        assert runs and runs == sqlite.runs(drill, twin=twin, label=label)
+    assert [r.started_at for r in postgres.runs("demo")] == [T0 + 3600 * n for n in (1, 2, 3)]
+    assert postgres.drills() == sqlite.drills() == {"demo": 3, "other": 1}
+    later = T0 + 9 * 3600
+    assert reference_runs(postgres_db, "demo", "", later) == reference_runs(
+        str(tmp_path / "h.sqlite"), "demo", "", later
+    )
+    # A run kept through `keep` carries the runs before it, from PostgreSQL.
+    now = keep(journal(6, label="v3", tmp_path=tmp_path), postgres_db)
+    assert now.history is not None and now.history.written, now.history
+    assert now.history.store == postgres_db
+    assert [r.run_id for r in now.history.previous] == ["run-1", "run-2", "run-3"]
+
+
+def test_an_unreachable_postgresql_history_loses_nothing_and_shows_no_password(
+    tmp_path: Path,
+) -> None:
+    closed = f"postgresql://drills:s3cret@127.0.0.1:{free_port()}/drills"
+    kept = keep(journal(1, tmp_path=tmp_path), closed)
+    assert kept.history is not None and not kept.history.written
+    reason = kept.history.reason or ""
+    assert reason.startswith("could not keep the run in postgresql://drills:***@127.0.0.1:")
+    assert "s3cret" not in reason and "s3cret" not in kept.history.store
+    assert len(kept.checks) == 2  # the run's own account is whole
+    # Reading it: one line, exit 1, no password.
+    shown = drills(tmp_path, "history", "demo", "--history", closed)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    [line] = shown.stderr.splitlines()
+    assert line.startswith("drills: postgresql://drills:***@127.0.0.1:"), line
+    assert "s3cret" not in shown.stderr
+
+
+def test_drills_history_reads_a_postgresql_history(tmp_path: Path, postgres_db: str) -> None:
+    store = open_history(postgres_db)
+    assert store is not None
+    _kept_everywhere([store])
+    shown = drills(tmp_path, "history", "demo", "--history", postgres_db, "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["store"] == postgres_db
+    assert [r["run_id"] for r in data["runs"]] == ["run-1", "run-2", "run-3"]
+    listed = drills(tmp_path, "history", "--history", postgres_db)
+    assert listed.returncode == 0 and "  demo: 3 run(s)" in listed.stdout, listed.stdout

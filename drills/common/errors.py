@@ -18,6 +18,7 @@ Every error the tool raises on purpose derives from ``DrillsError``::
     ├── InjectionFailed       a fault did not land (nothing matched, the target refused)
     ├── LoadError             the load could not be delivered as asked (a worker never came)
     ├── RevertError           a fault could not be removed; always recorded, never swallowed
+    ├── HistoryError          the run history could not be read or written (a run still ends)
     ├── RunStopped            the run was stopped from outside; its faults are reverted
     │   ├── Interrupted       Ctrl-C or SIGTERM
     │   └── KillSwitch        ``drills abort``
@@ -38,6 +39,7 @@ __all__ = [
     "DockerError",
     "DrillFailed",
     "DrillsError",
+    "HistoryError",
     "HopError",
     "InjectionFailed",
     "InputError",
@@ -73,6 +75,11 @@ class DrillsError(Exception):
     def __init__(self, message: str = "", **context: Any) -> None:
         super().__init__(message)
         self.context: dict[str, Any] = context
+
+
+class HistoryError(DrillsError):
+    """The run history (an SQLite file, a PostgreSQL server) could not be read or written.
+    A run never fails for it: its journal says so instead."""
 
 
 class InputError(DrillsError):

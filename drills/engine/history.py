@@ -5,9 +5,10 @@ Where it is kept (``--history``, else ``$DRILLS_HISTORY``, else
 ``$XDG_STATE_HOME/drills/history.sqlite``):
 
 - an SQLite file: ``sqlite:///ABSOLUTE/PATH`` or a plain path;
+- a team's shared PostgreSQL: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` (libpq's URL,
+  its ``?sslmode=...`` and the ``PG*`` variables included), through psycopg 3; the tables are
+  made on first use, under an advisory lock so that two runs ending at once agree;
 - ``none``: no history; the runs are in their journals only.
-
-A team's shared PostgreSQL (``postgresql://``) is not supported yet, and refused as such.
 
 Each run is one row of ``runs`` (its drill, twin, label, times, verdict, journal's folder) and
 one row of ``checks`` per check (label, observed value and text, passed, conclusive, interval).
@@ -22,16 +23,21 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from drills.common.errors import InputError
+from drills.common.errors import HistoryError, InputError
 from drills.common.system import state_home
 from drills.model.journal import Journal, PastCheck, PastRun, RunHistory
 
 __all__ = [
     "HistoryStore",
+    "PostgresHistory",
+    "Store",
     "default_location",
     "keep",
     "open_history",
@@ -69,6 +75,10 @@ CREATE TABLE IF NOT EXISTS checks (
 );
 """
 
+PG_SCHEMA = SCHEMA.replace(" REAL", " DOUBLE PRECISION")
+"""The same tables in PostgreSQL, whose REAL is a 4-byte float: times to the second need 8."""
+PG_LOCK = 0x647269_6C6C73  # pg_advisory_xact_lock's key for making the tables ("drills")
+
 PREVIOUS = 10
 """How many earlier runs a journal carries for its report."""
 
@@ -78,7 +88,7 @@ def default_location() -> str:
     return os.environ.get("DRILLS_HISTORY") or str(state_home() / "history.sqlite")
 
 
-def open_history(location: str | None) -> HistoryStore | None:
+def open_history(location: str | None) -> Store | None:
     """The store at ``location`` (``None``: the default one); ``None`` for ``none``.
     ``InputError`` for a location of a kind this version cannot keep a history in."""
     where = default_location() if location is None else location
@@ -95,44 +105,55 @@ def open_history(location: str | None) -> HistoryStore | None:
             )
         return HistoryStore(Path(rest))
     if scheme in ("postgresql", "postgres"):
-        raise InputError(
-            f"--history {scheme}://...: a PostgreSQL history is not supported yet; give an "
-            "SQLite file (a plain path or sqlite:///PATH), or none"
-        )
+        return PostgresHistory(where)
     raise InputError(
-        f"--history {where!r}: unknown kind {scheme!r}; allowed: a path, sqlite:///PATH, none"
+        f"--history {masked(where)!r}: unknown kind {scheme!r}; allowed: a path, "
+        "sqlite:///PATH, postgresql://USER@HOST:PORT/DATABASE, none"
     )
 
 
-class HistoryStore:
-    """An SQLite file of runs and their checks."""
+def masked(url: str) -> str:
+    """``url`` with its password, if any, shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+
+class Store(ABC):
+    """A history of runs and their checks in an SQL database; the two kinds below differ in
+    how they connect and in how a statement names its parameters."""
+
+    schema = SCHEMA
+    marker = "?"
 
     @property
+    @abstractmethod
     def location(self) -> str:
-        return f"sqlite:///{self.path.resolve()}"
+        """Where it is, as a URL, its password masked."""
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Runs of a gate or of two users on one machine may end at once: wait for the lock.
-        with closing(sqlite3.connect(self.path, timeout=30)) as db:
-            db.execute("PRAGMA foreign_keys = ON")
-            with db:  # one transaction
-                db.executescript(SCHEMA)
-            with db:
-                yield db
+    @abstractmethod
+    def _connect(self) -> AbstractContextManager[Any]:
+        """One transaction on a connection whose tables exist; ``HistoryError`` for any
+        failure of the database's, in one line."""
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", self.marker)
 
     def record(self, journal: Journal) -> None:
         """Keep ``journal``'s run and checks (again, if it was kept before: replaced)."""
         twin = journal.twin.name if journal.twin else ""
+        sql = self._sql
         with self._connect() as db:
-            db.execute("DELETE FROM runs WHERE run_id = ?", (journal.run_id,))
+            db.execute(sql("DELETE FROM runs WHERE run_id = ?"), (journal.run_id,))
             db.execute(
-                "INSERT INTO runs (run_id, drill, twin, label, started_at, ended_at, verdict, "
-                "scenario_path, run_dir, kept_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                sql(
+                    "INSERT INTO runs (run_id, drill, twin, label, started_at, ended_at, "
+                    "verdict, scenario_path, run_dir, kept_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
                 (
                     journal.run_id,
                     journal.drill,
@@ -146,10 +167,12 @@ class HistoryStore:
                     time.time(),
                 ),
             )
-            db.executemany(
-                "INSERT INTO checks (run_id, position, label, check_name, observed, "
-                "observed_text, expected, passed, conclusive, low, high, samples) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.cursor().executemany(
+                sql(
+                    "INSERT INTO checks (run_id, position, label, check_name, observed, "
+                    "observed_text, expected, passed, conclusive, low, high, samples) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
                 [
                     (
                         journal.run_id,
@@ -195,7 +218,7 @@ class HistoryStore:
         query += " ORDER BY started_at DESC LIMIT ?"
         args.append(last)
         with self._connect() as db:
-            rows = db.execute(query, args).fetchall()
+            rows = db.execute(self._sql(query), args).fetchall()
             runs = []
             for run_id, run_label, started_at, verdict in reversed(rows):
                 checks = [
@@ -207,10 +230,12 @@ class HistoryStore:
                         conclusive=None if c[4] is None else bool(c[4]),
                     )
                     for c in db.execute(
-                        "SELECT label, observed, observed_text, passed, conclusive FROM checks "
-                        "WHERE run_id = ? ORDER BY position",
+                        self._sql(
+                            "SELECT label, observed, observed_text, passed, conclusive "
+                            "FROM checks WHERE run_id = ? ORDER BY position"
+                        ),
                         (run_id,),
-                    )
+                    ).fetchall()
                 ]
                 runs.append(
                     PastRun(
@@ -232,6 +257,66 @@ class HistoryStore:
         return {drill: count for drill, count in rows}
 
 
+class HistoryStore(Store):
+    """An SQLite file of runs and their checks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def location(self) -> str:
+        return f"sqlite:///{self.path.resolve()}"
+
+    def drills(self) -> dict[str, int]:
+        return super().drills() if self.path.exists() else {}  # reading makes no file
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Runs of a gate or of two users on one machine may end at once: wait for the lock.
+            with closing(sqlite3.connect(self.path, timeout=30)) as db:
+                db.execute("PRAGMA foreign_keys = ON")
+                with db:  # one transaction
+                    db.executescript(self.schema)
+                with db:
+                    yield db
+        except (sqlite3.Error, OSError) as exc:
+            raise HistoryError(f"{self.location}: {exc}") from exc
+
+
+class PostgresHistory(Store):
+    """A team's shared PostgreSQL database of runs and their checks."""
+
+    schema = PG_SCHEMA
+    marker = "%s"
+
+    def __init__(self, url: str, connect_timeout: float = 10) -> None:
+        self.url = url
+        self.connect_timeout = connect_timeout
+
+    @property
+    def location(self) -> str:
+        return masked(self.url)
+
+    @contextmanager
+    def _connect(self) -> Iterator[Any]:
+        # Imported here: psycopg (0.2 s) only for a PostgreSQL history.
+        import psycopg
+
+        try:
+            timeout = max(1, round(self.connect_timeout))
+            with psycopg.connect(self.url, connect_timeout=timeout) as db:
+                # Two runs ending at once both make the tables: one at a time.
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
+                db.execute(self.schema)
+                db.commit()
+                yield db  # committed when the block ends, rolled back on an error
+        except psycopg.Error as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            raise HistoryError(f"{self.location}: {message}") from exc
+
+
 def reference_runs(
     location: str | None, drill: str, twin: str, before: float
 ) -> tuple[list[PastRun] | None, str | None]:
@@ -247,8 +332,8 @@ def reference_runs(
     try:
         last = store.runs(drill, twin=twin, last=1, before=before)
         passed = store.runs(drill, twin=twin, last=1, before=before, verdict="passed")
-    except (sqlite3.Error, OSError) as exc:
-        return None, f"could not read the run history {store.location}: {exc}"
+    except HistoryError as exc:
+        return None, f"could not read the run history {exc}"
     return sorted({r.run_id: r for r in last + passed}.values(), key=lambda r: r.started_at), None
 
 
@@ -268,8 +353,8 @@ def keep(journal: Journal, location: str | None) -> Journal:
     try:
         previous = store.runs(journal.drill, twin=twin, last=PREVIOUS, before=journal.started_at)
         store.record(journal)
-    except (sqlite3.Error, OSError) as exc:
-        reason = f"could not keep the run in {store.location}: {exc}"
+    except HistoryError as exc:
+        reason = f"could not keep the run in {exc}"
         history = RunHistory(store=store.location, written=False, reason=reason)
     else:
         history = RunHistory(store=store.location, written=True, previous=previous)
