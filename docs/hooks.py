@@ -16,7 +16,7 @@ from typing import Any
 
 from mkdocs.structure.files import File, Files
 
-from drills.cli import _parser
+from drills.cli_parser import build_parser as _parser
 from drills.model.check_families import ALERT_TIMED, families
 from drills.model.gateways import (
     BreakerSignal,

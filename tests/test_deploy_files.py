@@ -61,7 +61,7 @@ def test_kubernetes_manifests() -> None:
 
 
 def test_the_load_workers_job_runs_drills_load_worker() -> None:
-    from drills.cli import _parser
+    from drills.cli_parser import build_parser as _parser
 
     job = yaml.safe_load((DEPLOY / "load-workers.yaml").read_text())
     assert job["kind"] == "Job"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drills.cli import _parser
+from drills.cli_parser import build_parser as _parser
 from drills.model.scenario import Attach, load_scenario
 from tests.conftest import isolated_env
 
