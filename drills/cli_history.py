@@ -11,6 +11,7 @@ from pathlib import Path
 from drills.common.errors import EXIT_OK, InputError
 from drills.engine.history import Store, open_history
 from drills.model.journal import PastRun
+from drills.model.score import HALF_LIFE_DAYS, faded
 
 __all__ = ["history_command"]
 
@@ -37,6 +38,7 @@ def history_command(args: argparse.Namespace) -> int:
                     "drill": drill,
                     "twin": args.twin or None,
                     "runs": [r.model_dump(mode="json") for r in runs],
+                    "score_now": (score_now(runs) or (None,))[0],
                 },
                 indent=2,
             )
@@ -44,6 +46,16 @@ def history_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     _print_runs(store, drill, args.twin, runs)
     return EXIT_OK
+
+
+def score_now(runs: list[PastRun]) -> tuple[float, float] | None:
+    """The last scored run's score faded by its age (``drills.model.score.faded``), and that
+    age in days; ``None`` when no run was scored."""
+    last = next((r for r in reversed(runs) if r.score is not None), None)
+    if last is None or last.score is None:
+        return None
+    age = time.time() - last.started_at
+    return faded(last.score, age), age / 86400
 
 
 def _drill_name(given: str) -> str:
@@ -89,3 +101,14 @@ def _print_runs(store: Store, drill: str, twin: str, runs: list[PastRun]) -> Non
             mark = "!" if not check.passed else "?" if check.conclusive is False else ""
             cells.append(f"{check.observed_text}{mark}")
         print(f"  {label:<{width}}  " + "  ".join(cells))
+    scores = [r.score for r in runs]
+    if any(v is not None for v in scores):
+        shown = "  ".join("-" if v is None else f"{v:g}" for v in scores)
+        print(f"resilience score (#1 ... #{len(runs)}; - not scored): {shown}")
+        now = score_now(runs)
+        if now is not None:
+            value, days = now
+            print(
+                f"  now {value:g}: the last scored run was {days:.0f} day(s) ago, and a score "
+                f"halves every {HALF_LIFE_DAYS:g} days without a run"
+            )

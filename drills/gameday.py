@@ -40,6 +40,7 @@ from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_
 from drills.engine.runner import Runner
 from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
 from drills.model.scenario import Attach, Scenario, load_scenario
+from drills.model.score import Score, combined
 
 __all__ = [
     "Answer",
@@ -470,6 +471,7 @@ class GameDay:
             abort_reason=aborted.get("reason"),
             # Who saw each fault, how fast: the day's report opens with it.
             detection=[d.model_dump(mode="json") for d in journal.detection],
+            score=journal.score.model_dump() if journal.score else None,
         )
         self._event("drill", "drill_end", drill=scenario.drill, verdict=journal.verdict)
         self.say(f"[drill {scenario.drill}] verdict: {journal.verdict}")
@@ -585,6 +587,7 @@ class GameDay:
             "status": status,
             "stop_reason": stop_reason,
             "verdict": verdict,
+            "score": _day_score(drills),
             "started_at": started,
             "ended_at": ended,
             "steps": self.steps,
@@ -593,6 +596,13 @@ class GameDay:
             "timeline": sorted(self.timeline, key=lambda e: e["time"]),
             "runbooks": self._coverage(),
         }
+
+
+def _day_score(drills: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The day's resilience score: its drills' scores weighted by their checks
+    (``drills.model.score.combined``); a drill that could not run scores nothing."""
+    day = combined([Score.model_validate(d["score"]) for d in drills if d.get("score")])
+    return day.model_dump() if day else None
 
 
 def add_note(text: str, by: str | None = None) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ __all__ = [
     "md_cell",
     "page_rows",
     "runbook_link",
+    "score_suffix",
     "series",
     "windows",
 ]
@@ -214,3 +215,11 @@ def page_rows(journal: Journal) -> list[dict[str, str]]:
                 }
             )
     return rows
+
+
+def score_suffix(score: dict[str, Any] | None) -> str:
+    """A Markdown line break and the resilience score (``drills.model.score``), or nothing for
+    a run or day that has none."""
+    if not score:
+        return ""
+    return f"  \nresilience score **{score['value']:g}**/100 ({score['why']})"

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from markupsafe import Markup
 
-from reports.common import md_cell
+from reports.common import md_cell, score_suffix
 from reports.html import COLORS, CSS, environment
 from reports.junit import XML_HEADER, junit_suite
 
@@ -104,9 +104,8 @@ def detection_rows(day: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_html(day: dict[str, Any], out: Path) -> str:
-    """The post-mortem page (``templates/gameday.html.j2``)."""
-    start = day["started_at"]
+def _drill_rows(day: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+    """The day's drills as the page's table shows them."""
     drills = []
     for step in (s for s in day["steps"] if s["kind"] == "drill"):
         failed = [c for c in step.get("checks", []) if not c["passed"]]
@@ -115,6 +114,7 @@ def render_html(day: dict[str, Any], out: Path) -> str:
                 "drill": step["drill"],
                 "ok": step.get("verdict") == "passed",
                 "verdict": str(step.get("verdict")),
+                "score": _score_text(step),
                 "failed": "; ".join(
                     f"{c['label']}: observed {c['observed_text']}, expected {c['expected']}"
                     for c in failed
@@ -126,6 +126,13 @@ def render_html(day: dict[str, Any], out: Path) -> str:
                 else None,
             }
         )
+    return drills
+
+
+def render_html(day: dict[str, Any], out: Path) -> str:
+    """The post-mortem page (``templates/gameday.html.j2``)."""
+    start = day["started_at"]
+    drills = _drill_rows(day, out)
     timeline, last_minute = [], None
     for event in day["timeline"]:
         minute = int(max(event["time"] - start, 0) // 60)
@@ -149,7 +156,7 @@ def render_html(day: dict[str, Any], out: Path) -> str:
         for r in day["runbooks"]
     ]
     return _ENV.get_template("gameday.html.j2").render(
-        day={"stop_reason": None, "facilitator": None, "description": None, **day},
+        day={"stop_reason": None, "facilitator": None, "description": None, "score": None, **day},
         css=Markup(CSS),
         color=COLORS.get(day["verdict"], "#57606a"),
         drills=drills,
@@ -166,6 +173,10 @@ def render_html(day: dict[str, Any], out: Path) -> str:
     )
 
 
+def _score_text(step: dict[str, Any]) -> str:
+    return f"{step['score']['value']:g}" if step.get("score") else "-"
+
+
 def render_markdown(day: dict[str, Any]) -> str:
     lines = [
         f"## Game day `{day['gameday']}`: **{day['verdict'].upper()}**",
@@ -173,7 +184,8 @@ def render_markdown(day: dict[str, Any]) -> str:
         f"{day['title']}  ",
         f"status {day['status']}"
         + (f" ({day['stop_reason']})" if day.get("stop_reason") else "")
-        + f", {(day['ended_at'] - day['started_at']) / 60:.1f} min",
+        + f", {(day['ended_at'] - day['started_at']) / 60:.1f} min"
+        + score_suffix(day.get("score")),
         "",
     ]
     detection = detection_rows(day)
@@ -196,7 +208,8 @@ def render_markdown(day: dict[str, Any]) -> str:
     ]
     for step in day["steps"]:
         if step["kind"] == "drill":
-            lines.append(f"| drill | `{step['drill']}` | {step.get('verdict')} |")
+            score = f", score {step['score']['value']:g}" if step.get("score") else ""
+            lines.append(f"| drill | `{step['drill']}` | {step.get('verdict')}{score} |")
         elif step["kind"] == "checkpoint":
             answer = step.get("answer") if step.get("answer") is not None else "no answer"
             lines.append(

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from drills.model.journal import CheckResult, Journal
-from reports.common import interval_text, load_lines, md_cell, page_rows, runbook_link, windows
+from reports.common import (
+    interval_text,
+    load_lines,
+    md_cell,
+    page_rows,
+    runbook_link,
+    score_suffix,
+    windows,
+)
 
 __all__ = ["render_markdown"]
 
@@ -89,7 +97,8 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
         f"{md_cell(journal.title)}  ",
         f"run `{journal.run_id}`, {journal.ended_at - journal.started_at:.0f} s, "
         f"{len(journal.records)} requests, "
-        f"stack `{journal.stack.profile or 'attached'}`",
+        f"stack `{journal.stack.profile or 'attached'}`"
+        + score_suffix(journal.score.model_dump() if journal.score else None),
         "",
         "| check | expected | observed | result |",
         "|---|---|---|---|",

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from drills.gameday import load_plan
+from drills.model.journal import Journal
+from drills.model.score import score_of
 from reports.gameday import render_html, render_markdown
 from tests.conftest import RunningStack, drills_cli, isolated_env
 
@@ -137,6 +139,12 @@ def test_a_game_day_with_rehearsed_and_live_checkpoints_and_notes(
     by = {s["anchor"]: s["by"] for s in runbook["steps"]}
     assert {"by": "checkpoint go-ahead", "passed": True} in by["before-you-start"]
     assert {"by": "tiny: error_rate during fault", "passed": True} in by["fallback"]
+    # The day's resilience score is its one drill's, which is its checks' (drills.model.score).
+    drill = Journal.read(Path(steps["drill"]["run_dir"]))
+    assert drill.score is not None and drill.score == score_of(drill.checks, "judged")
+    assert steps["drill"]["score"]["value"] == day["score"]["value"] == drill.score.value
+    page = next((tmp_path / "days").glob("gameday-*/index.html")).read_text()
+    assert f"Resilience score {drill.score.value:g}/100" in page
 
     # Who saw it: the drill's detection matrix is on the day, and the day's report opens with
     # it (200 ms on one replica at one user: no error; no Prometheus named, so no alerts read).

@@ -23,5 +23,6 @@ def evaluate(ev: Evaluation, checks: Iterable[Check] | None = None) -> list[Chec
         family = family_of(check.check)
         if family is None:  # the scenario model refuses unknown checks; a plugin went away
             raise InputError(f"no check family evaluates {check.check!r}")
-        results.append(family.evaluate(check, ev))
+        judged = family.evaluate(check, ev)
+        results.append(judged.model_copy(update={"severity": check.severity}))
     return results

@@ -73,6 +73,11 @@ CREATE TABLE IF NOT EXISTS checks (
     samples INTEGER NOT NULL,
     PRIMARY KEY (run_id, position)
 );
+CREATE TABLE IF NOT EXISTS scores (
+    run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    score REAL NOT NULL,
+    weight REAL NOT NULL
+);
 """
 
 PG_SCHEMA = SCHEMA.replace(" REAL", " DOUBLE PRECISION")
@@ -191,6 +196,11 @@ class Store(ABC):
                     for i, c in enumerate(journal.checks)
                 ],
             )
+            if journal.score is not None:
+                db.execute(
+                    sql("INSERT INTO scores (run_id, score, weight) VALUES (?, ?, ?)"),
+                    (journal.run_id, journal.score.value, journal.score.weight),
+                )
 
     def runs(
         self,
@@ -204,7 +214,10 @@ class Store(ABC):
     ) -> list[PastRun]:
         """The last ``last`` runs of ``drill`` (on ``twin``; with ``label``; started before
         ``before``; with ``verdict``), oldest first, each with its checks."""
-        query = "SELECT run_id, label, started_at, verdict FROM runs WHERE drill = ? AND twin = ?"
+        query = (
+            "SELECT runs.run_id, label, started_at, verdict, score FROM runs "
+            "LEFT JOIN scores ON scores.run_id = runs.run_id WHERE drill = ? AND twin = ?"
+        )
         args: list[object] = [drill, twin]
         if label is not None:
             query += " AND label = ?"
@@ -220,7 +233,7 @@ class Store(ABC):
         with self._connect() as db:
             rows = db.execute(self._sql(query), args).fetchall()
             runs = []
-            for run_id, run_label, started_at, verdict in reversed(rows):
+            for run_id, run_label, started_at, verdict, score in reversed(rows):
                 checks = [
                     PastCheck(
                         label=c[0],
@@ -244,6 +257,7 @@ class Store(ABC):
                         started_at=started_at,
                         verdict=verdict,
                         checks=checks,
+                        score=score,
                     )
                 )
         return runs

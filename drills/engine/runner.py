@@ -106,6 +106,7 @@ from drills.model.scenario import (
     check_targets,
     twin_rules,
 )
+from drills.model.score import score_of
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, Prepares, build
 
@@ -552,8 +553,13 @@ class Runner:
             twin=self._twin(results, status, outcome.abort),
             run_dir=str(run_dir),
             label=self.options.label,
+            score=score_of(results, _scored_as(status, outcome.abort)),
         )
-        # What is written and what is returned are the same, secrets masked in both.
+        return self._kept(journal, run_dir)
+
+    def _kept(self, journal: Journal, run_dir: Path) -> Journal:
+        """``journal`` with its secrets masked, kept in the run history, written, and rendered
+        as the reports; what is written and what is returned are the same."""
         journal = Journal.model_validate(redact(journal.model_dump(mode="json")))
         journal = keep(journal, self.options.history)
         if journal.history is not None and not journal.history.written:
@@ -767,3 +773,13 @@ class Runner:
             f"elapsed {now:4.0f}s  {rps:4.1f} req/s  p50 {p50}  p99 {p99}  "
             f"requests {len(live)}  errors {errors}  fallbacks {fallbacks}"
         )
+
+
+def _scored_as(status: RunStatus, aborted: dict[str, Any] | None) -> str:
+    """How a run counts for its resilience score (``drills.model.score.score_of``): judged
+    when it ran to its end, aborted when its abort conditions stopped it, else not at all."""
+    if status is RunStatus.COMPLETED:
+        return "judged"
+    if status is RunStatus.ABORTED and (aborted or {}).get("cause") == "abort_condition":
+        return "aborted"
+    return "not scored"

@@ -22,6 +22,7 @@ from drills.model.check_families import (
     known_checks,
     plugin_problems,
 )
+from drills.model.score import Severity
 from drills.model.spec import SpecModel as _Model
 
 __all__ = ["REFERENCES", "AbortCondition", "Check", "bound_value", "relative_margin"]
@@ -112,6 +113,9 @@ class Check(_Model):
     worse_when: Literal["higher", "lower"] | None = None
     """Which way is worse for a relative bound; needed only where neither the check's
     ``below``/``above`` nor its family says (``below`` means higher is worse)."""
+    severity: Severity = "critical"
+    """How much the check weighs in the drill's resilience score (``drills.model.score``):
+    ``critical`` 3, ``warning`` 1."""
     runbook: str | None = None
 
     @model_validator(mode="after")

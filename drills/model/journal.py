@@ -40,6 +40,7 @@ from pydantic import (
 from drills.common.hop import HopRecord
 from drills.model.columns import from_columns, is_columns, to_columns
 from drills.model.records import Record
+from drills.model.score import Score, Severity
 
 __all__ = [
     "FORMAT",
@@ -257,6 +258,8 @@ class CheckResult(_Model):
     reference: RelativeReference | None = None
     """For a bound relative to the run history: the earlier run it was judged against
     (``None``: no such bound, or no such run; the reason says which)."""
+    severity: Severity = "critical"
+    """The check's weight in the run's resilience score (``drills.model.score``)."""
 
 
 class LoadProcessHealth(_Model):
@@ -441,6 +444,8 @@ class PastRun(_Model):
     started_at: float
     verdict: str
     checks: list[PastCheck] = Field(default_factory=list)
+    score: float | None = None
+    """Its resilience score when it ran (``None``: not scored, or kept before scores were)."""
 
 
 class RunHistory(_Model):
@@ -507,6 +512,9 @@ class Journal(_Model):
     history: RunHistory | None = None
     """The run history's account of this run and the ones before it (``None``: the history
     is off, ``--history none``)."""
+    score: Score | None = None
+    """The run's resilience score (``drills.model.score``; ``None``: the run says nothing about
+    the stack: interrupted, or failed for the harness's own reasons)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
