@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml
@@ -56,20 +56,16 @@ def _d(seconds: float) -> str:
 def lint_config(
     config: Any, doc: YamlDocument | None = None, client_timeout: float | None = None
 ) -> list[Finding]:
-    """Findings for a validated ``StackConfig``; ``doc`` locates them in its file.
+    """Findings for a validated ``StackConfig``; ``doc`` locates them in its file, in the order
+    the report lists them: the timeouts, the retries, the budget they share, breakers and the
+    degraded path, capacity, the RAG and agent paths, the client in front.
 
     ``client_timeout``: the timeout of the clients in front of the gateway (a drill's load, an
     app), when known.
     """
-    # Long on purpose: One rule after another over the same timeouts, retries and pools, in the
-    # order the report lists them: the rules share the budget arithmetic, and split apart it would
-    # be read in pieces.
     from stack.config import StackConfig
 
     assert isinstance(config, StackConfig)
-    gw = config.gateway
-    t = gw.timeouts
-    retries = gw.retries
     findings: list[Finding] = []
 
     def add(
@@ -88,7 +84,33 @@ def lint_config(
             )
         )
 
-    tmo = ("gateway", "timeouts")
+    _lint_timeouts(config, add)
+    _lint_retries(config, add)
+    _lint_budget(config, add)
+    _lint_breakers_and_fallback(config, add)
+    _lint_capacity(config, add)
+    if config.rag is not None:
+        _lint_paths(config, add)
+    if client_timeout is not None:
+        _lint_client(config, client_timeout, add)
+    return findings
+
+
+class _Add(Protocol):
+    """How a rule reports a finding (``lint_config``'s ``add``)."""
+
+    def __call__(
+        self, severity: Severity, rule: str, loc: tuple[str | int, ...], message: str, fix: str
+    ) -> None: ...
+
+
+TIMEOUTS = ("gateway", "timeouts")
+
+
+def _lint_timeouts(config: Any, add: _Add) -> None:
+    """The tiers in order: connect under first_token, first_token within model_call, the
+    queue's wait a part of the request's deadline."""
+    t, tmo = config.gateway.timeouts, TIMEOUTS
     if t.connect >= t.first_token:
         add(
             "error",
@@ -117,7 +139,10 @@ def lint_config(
             "make queue a fraction of request (the sound profile uses 3s of 15s)",
         )
 
-    primaries = len(config.replicas)
+
+def _lint_retries(config: Any, add: _Add) -> None:
+    """Retries bounded, budgeted and backed off."""
+    retries = config.gateway.retries
     attempts = retries.max_attempts
     if attempts is None:
         add(
@@ -146,6 +171,11 @@ def lint_config(
             "set backoff_base (e.g. 50ms) and backoff_max (e.g. 1s); jitter is applied in full",
         )
 
+
+def _lint_budget(config: Any, add: _Add) -> None:
+    """The request's deadline covers the tiers below it (the budget arithmetic)."""
+    gw, t, tmo, retries = config.gateway, config.gateway.timeouts, TIMEOUTS, config.gateway.retries
+    primaries, attempts = len(config.replicas), config.gateway.retries.max_attempts
     # What the gateway may need to spend before it falls back: admission wait, every primary
     # attempt (a slow model fails at first_token), the backoffs between them, one backup try.
     primary_tries = min(attempts, primaries) if attempts is not None else primaries
@@ -174,6 +204,10 @@ def lint_config(
             "tiers below it",
         )
 
+
+def _lint_breakers_and_fallback(config: Any, add: _Add) -> None:
+    """Breakers present and resetting; a degraded answer, with time kept back for it."""
+    gw = config.gateway
     if gw.breaker is None:
         add(
             "error",
@@ -211,6 +245,10 @@ def lint_config(
             "keep 100ms or so in fallback_reserve",
         )
 
+
+def _lint_capacity(config: Any, add: _Add) -> None:
+    """Redundancy, and a gateway that queues what the engines cannot run."""
+    gw, primaries = config.gateway, len(config.replicas)
     if primaries == 1 and config.backup is None:
         add(
             "warning",
@@ -234,10 +272,11 @@ def lint_config(
             f"set max_concurrency to at most {engine_slots} and let max_queue hold the rest",
         )
 
-    if config.rag is not None:
-        _lint_paths(config, add)
 
-    if client_timeout is not None and client_timeout < t.request:
+def _lint_client(config: Any, client_timeout: float, add: _Add) -> None:
+    """The client in front outwaits the gateway's fallback."""
+    t, tmo = config.gateway.timeouts, TIMEOUTS
+    if client_timeout < t.request:
         add(
             "error",
             "client-outwaits-gateway",
@@ -246,7 +285,6 @@ def lint_config(
             f"spend ({_d(t.request)}): the client gives up before the gateway's fallback arrives",
             f"raise the client timeout above {_d(t.request)} or lower request",
         )
-    return findings
 
 
 def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Finding]:
@@ -258,7 +296,7 @@ def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Fi
     return lint_config(config, load_yaml(profile_path(str(path))), client_timeout)
 
 
-def _lint_paths(config: Any, add: Any) -> None:
+def _lint_paths(config: Any, add: _Add) -> None:
     """The RAG and agent paths: each hop call bounded, budgeted, backed off and behind a
     breaker; a degraded answer; hop timeouts that fit inside the path's request timeout."""
     # Long on purpose: The same rules for each hop of the RAG and agent paths, listed together so
