@@ -38,62 +38,9 @@ def dry_run(
 ) -> dict[str, Any]:
     """The resolved plan of one drill: stack, targets, faults on the timeline, checks, and the
     safety verdict (``refused`` lists what the policy would refuse)."""
-    # Long on purpose: The plan, field by field, as `drills run --dry-run` prints it; reads only.
     attach = attach_of(scenario, options)
-    hops: dict[str, dict[str, Any]] = {}
-    if attach is not None:
-        stack: dict[str, Any] = {"attach": attach_urls(attach)}
-    else:
-        from stack.config import load_stack_config
-
-        profile = options.profile or (
-            scenario.stack if isinstance(scenario.stack, str) else "sound"
-        )
-        from drills.engine.monitoring import needs_monitoring
-        from drills.engine.parts import needed_parts
-        from stack.config import parts_of
-
-        config = load_stack_config(profile)
-        needed = needed_parts([scenario], config)
-        started = parts_of(config) if options.keep_stack else set(needed) | options.with_parts
-        stack = {
-            "profile": profile,
-            "gateway": f"http://{config.host}:{config.gateway.port}",
-            "toxiproxy": f"http://{config.host}:{config.toxiproxy.api_port}",
-            "parts": {p: needed.get(p, "asked for") for p in sorted(parts_of(config) & started)},
-            "left_out": sorted(parts_of(config) - started),
-            "monitoring": needs_monitoring(scenario),
-        }
-        for hop in config.upstreams:
-            hops[hop.name] = {
-                "role": hop.role,
-                "served_name": hop.served_name,
-                "proxy": f"{config.host}:{hop.listen_port}",
-                "upstream": f"{config.host}:{hop.upstream_port}",
-                "l7_hop": None if hop.hop_port is None else f"{config.host}:{hop.hop_port}",
-            }
-    faults = []
-    for w in fault_windows(scenario):
-        spec = scenario.phases[w.phase].inject[w.index]
-        would_hit: Any = None
-        if w.kind.startswith(("kubernetes.", "docker.")):
-            would_hit = _preflight_hits(scenario, doc, policy, spec)
-        elif w.kind.startswith(HARDWARE_KINDS):
-            would_hit = _hardware_hits(spec)
-        faults.append(
-            {
-                "phase": scenario.phases[w.phase].name,
-                "kind": w.kind,
-                "target": w.target,
-                "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"})
-                if w.kind.startswith("toxiproxy.")
-                else {"resolved": RESOLVED.get(w.kind.split(".", 1)[0], "at run time")},
-                "from": w.start,
-                "to": w.end,
-                "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),
-                "would_hit": would_hit,
-            }
-        )
+    stack, hops = _stack_plan(scenario, options, attach)
+    faults = _fault_plans(scenario, doc, policy, hops)
     refused: list[str] = []
     try:
         check_scenario(scenario, doc, policy, attach_urls(attach))
@@ -130,6 +77,79 @@ def dry_run(
         "cannot_run_here": cannot_run,
         "safety": {"policy": policy.source, "refused": refused},
     }
+
+
+def _stack_plan(
+    scenario: Scenario, options: RunOptions, attach: Any
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The stack the drill would run on (attached, or the profile and the parts it would
+    start), and the profile's hops by name (none when attached: resolved at run time)."""
+    hops: dict[str, dict[str, Any]] = {}
+    if attach is not None:
+        stack: dict[str, Any] = {"attach": attach_urls(attach)}
+    else:
+        from stack.config import load_stack_config
+
+        profile = options.profile or (
+            scenario.stack if isinstance(scenario.stack, str) else "sound"
+        )
+        from drills.engine.monitoring import needs_monitoring
+        from drills.engine.parts import needed_parts
+        from stack.config import parts_of
+
+        config = load_stack_config(profile)
+        needed = needed_parts([scenario], config)
+        started = parts_of(config) if options.keep_stack else set(needed) | options.with_parts
+        stack = {
+            "profile": profile,
+            "gateway": f"http://{config.host}:{config.gateway.port}",
+            "toxiproxy": f"http://{config.host}:{config.toxiproxy.api_port}",
+            "parts": {p: needed.get(p, "asked for") for p in sorted(parts_of(config) & started)},
+            "left_out": sorted(parts_of(config) - started),
+            "monitoring": needs_monitoring(scenario),
+        }
+        for hop in config.upstreams:
+            hops[hop.name] = {
+                "role": hop.role,
+                "served_name": hop.served_name,
+                "proxy": f"{config.host}:{hop.listen_port}",
+                "upstream": f"{config.host}:{hop.upstream_port}",
+                "l7_hop": None if hop.hop_port is None else f"{config.host}:{hop.hop_port}",
+            }
+    return stack, hops
+
+
+def _fault_plans(
+    scenario: Scenario,
+    doc: YamlDocument | None,
+    policy: SafetyPolicy,
+    hops: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Each fault on the timeline: its window, what its target resolves to, and what it would
+    hit (read from the cluster, the daemon or the hardware; nothing is changed)."""
+    faults = []
+    for w in fault_windows(scenario):
+        spec = scenario.phases[w.phase].inject[w.index]
+        would_hit: Any = None
+        if w.kind.startswith(("kubernetes.", "docker.")):
+            would_hit = _preflight_hits(scenario, doc, policy, spec)
+        elif w.kind.startswith(HARDWARE_KINDS):
+            would_hit = _hardware_hits(spec)
+        faults.append(
+            {
+                "phase": scenario.phases[w.phase].name,
+                "kind": w.kind,
+                "target": w.target,
+                "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"})
+                if w.kind.startswith("toxiproxy.")
+                else {"resolved": RESOLVED.get(w.kind.split(".", 1)[0], "at run time")},
+                "from": w.start,
+                "to": w.end,
+                "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),
+                "would_hit": would_hit,
+            }
+        )
+    return faults
 
 
 def _preflight_hits(
