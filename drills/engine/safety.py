@@ -30,7 +30,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,14 +174,29 @@ def check_scenario(
     urls: dict[str, str] | None = None,
 ) -> None:
     """Raise ``SafetyViolation`` if ``scenario`` (aimed at ``urls``: what it would contact)
-    exceeds ``policy``."""
-    # Long on purpose: One policy rule after another, each naming the field it refuses; nothing is
-    # applied until every rule has been read, so they stay together.
-    problems: list[str] = []
+    exceeds ``policy``: every rule is read (the hosts, each fault's window, each fault's own
+    limits, the drill's size) before anything is applied, and every problem is named."""
 
     def where(loc: tuple[str | int, ...]) -> str:
         return f"{doc.path}:{doc.line_of(loc)} " if doc else ""
 
+    windows = fault_windows(scenario)
+    problems = [
+        *_host_problems(urls or {}, policy),
+        *_window_problems(windows, policy, where),
+        *_fault_problems(scenario, policy, where),
+        *_size_problems(scenario, windows, policy, where),
+    ]
+    if problems:
+        raise SafetyViolation(problems)
+
+
+_Where = Callable[[tuple[str | int, ...]], str]
+
+
+def _host_problems(urls: dict[str, str], policy: SafetyPolicy) -> list[str]:
+    """Every URL the drill would contact is on an allowed host."""
+    problems: list[str] = []
     for name, url in (urls or {}).items():
         host = urlsplit(url).hostname or ""
         if not _matches(host, policy.allowed_hosts):
@@ -189,7 +204,12 @@ def check_scenario(
                 f"{name} {_redact_url(url)}: host {host!r} is not allowed; allowed_hosts: "
                 f"{', '.join(policy.allowed_hosts)} ({policy.source})"
             )
-    windows = fault_windows(scenario)
+    return problems
+
+
+def _window_problems(windows: list[FaultWindow], policy: SafetyPolicy, where: _Where) -> list[str]:
+    """Each fault on an allowed target, of an allowed kind, no longer than allowed."""
+    problems: list[str] = []
     for w in windows:
         field = format_path(w.loc)
         if not _matches(w.target, policy.allowed_targets) or _matches(
@@ -214,6 +234,13 @@ def check_scenario(
                 f"{where(w.loc)}{field}: lasts {format_duration(w.end - w.start)}; "
                 f"max_fault_duration is {format_duration(policy.max_fault_duration)}"
             )
+    return problems
+
+
+def _fault_problems(scenario: Any, policy: SafetyPolicy, where: _Where) -> list[str]:
+    """Each fault's own limits: a Docker daemon's host, a tool flood's concurrency, a
+    Kubernetes fault's namespace and the contexts the drill allows."""
+    problems: list[str] = []
     scope = getattr(scenario, "kubernetes", None)
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
@@ -251,6 +278,14 @@ def check_scenario(
                     "none of them is allowed by the safety policy; kubernetes_contexts: "
                     f"{', '.join(policy.kubernetes_contexts)}"
                 )
+    return problems
+
+
+def _size_problems(
+    scenario: Any, windows: list[FaultWindow], policy: SafetyPolicy, where: _Where
+) -> list[str]:
+    """The drill's size: faults at once, hops hit, users, rate and length."""
+    problems: list[str] = []
     at_once = _most_at_once(windows)
     if at_once > policy.max_faults_at_once:
         problems.append(
@@ -284,8 +319,7 @@ def check_scenario(
             f"{where(('phases',))}phases: the drill lasts {format_duration(total)} with its "
             f"warm-up; max_drill_duration is {format_duration(policy.max_drill_duration)}"
         )
-    if problems:
-        raise SafetyViolation(problems)
+    return problems
 
 
 def kubernetes_scope(
