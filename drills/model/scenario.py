@@ -312,8 +312,19 @@ class Scenario(_Model):
         return sum(p.duration for p in self.phases)
 
     def problems(self) -> Iterator[tuple[Loc, str, Any]]:
-        # Long on purpose: Cross-field rules of a scenario, one after another, each yielding its own
-        # location.
+        """The cross-field rules of a scenario, each problem with its own location: the
+        phases and their faults, the phases the checks name, the environment the headers
+        read, the Kubernetes scope, the checks' targets, the twins and the groups."""
+        yield from self._phase_problems()
+        yield from self._check_phase_problems()
+        yield from self._header_problems()
+        yield from self._kubernetes_problems()
+        yield from self._target_problems()
+        yield from self._twin_problems()
+        yield from self._group_problems()
+
+    def _phase_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """Phases named once, lasting, waiting only for what they kill; faults inside them."""
         names = [p.name for p in self.phases]
         for i, phase in enumerate(self.phases):
             if names.count(phase.name) > 1:
@@ -344,6 +355,10 @@ class Scenario(_Model):
                         "reverted when their phase ends",
                         fault.for_,
                     )
+
+    def _check_phase_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """The phases checks name (``during``, ``baseline``) exist."""
+        names = [p.name for p in self.phases]
         for i, check in enumerate(self.expect):
             for field in ("during", "baseline"):
                 phase = getattr(check, field)
@@ -353,6 +368,9 @@ class Scenario(_Model):
                         f"no phase of that name; expected one of: {', '.join(names)}",
                         phase,
                     )
+
+    def _header_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """Headers that read the environment (``${NAME}``) read what is set."""
         attach = self.stack if isinstance(self.stack, Attach) else None
         env_headers: list[tuple[tuple[str, ...], str]] = [
             (("load", "headers", k), v) for k, v in self.load.headers.items()
@@ -370,6 +388,9 @@ class Scenario(_Model):
                         f"refers to ${{{name}}}, which is not set in the environment",
                         None,
                     )
+
+    def _kubernetes_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """Kubernetes faults inside the drill's declared scope."""
         for i, phase in enumerate(self.phases):
             for j, fault in enumerate(phase.inject):
                 if not isinstance(fault, KubernetesFault):
@@ -389,6 +410,9 @@ class Scenario(_Model):
                         + ", ".join(self.kubernetes.allowed_namespaces),
                         fault.namespace,
                     )
+
+    def _target_problems(self) -> Iterator[tuple[Loc, str, Any]]:
+        """Checks about a fault's target name one the drill has."""
         targets = {f.target for p in self.phases for f in p.inject}
         for i, check in enumerate(self.expect):
             only_hops = all(f.kind.startswith("toxiproxy.") for p in self.phases for f in p.inject)
@@ -412,8 +436,6 @@ class Scenario(_Model):
                     )
             if check.check == "recovered_within" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
-        yield from self._twin_problems()
-        yield from self._group_problems()
 
     def _group_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Group checks name two groups the drill declares, and two different ones."""
