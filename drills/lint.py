@@ -299,8 +299,6 @@ def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Fi
 def _lint_paths(config: Any, add: _Add) -> None:
     """The RAG and agent paths: each hop call bounded, budgeted, backed off and behind a
     breaker; a degraded answer; hop timeouts that fit inside the path's request timeout."""
-    # Long on purpose: The same rules for each hop of the RAG and agent paths, listed together so
-    # that a missing rule for one hop shows.
     gw = config.gateway
     rag, agent = gw.rag, gw.agent
     paths = (
@@ -321,69 +319,86 @@ def _lint_paths(config: Any, add: _Add) -> None:
         ),
     )
     for name, policy, text_field, text_problem, text_fix in paths:
-        base = ("gateway", name)
-        retries = policy.retries
-        attempts = retries.max_attempts
-        if attempts is None:
-            add(
-                "error",
-                "hop-retries-bounded",
-                (*base, "retries", "max_attempts"),
-                f"{name} hop calls retry without bound: a failing hop gets every request's "
-                "calls until the deadline",
-                "set max_attempts (2)",
-            )
-        if retries.budget is None:
-            add(
-                "error",
-                "hop-retries-budgeted",
-                (*base, "retries", "budget"),
-                f"{name} hop calls have no retry budget: under a fault each request multiplies "
-                "its calls on the hop (retry amplification)",
-                "set budget: {ratio: 0.2, min_retries: 3, window: 10s}",
-            )
-        if (attempts is None or attempts > 1) and retries.backoff_max <= 0:
-            add(
-                "error",
-                "hop-retries-back-off",
-                (*base, "retries", "backoff_max"),
-                f"{name} hop retries have no backoff: they land at once on a struggling hop",
-                "set backoff_base (50ms) and backoff_max (500ms)",
-            )
-        if policy.breaker is None:
-            add(
-                "error",
-                "hop-breakers-present",
-                (*base, "breaker"),
-                f"no breakers on the {name} hops: a dead or saturated hop keeps receiving "
-                "every request's calls",
-                "set breaker: {failure_threshold: 3, reset_timeout: 5s}",
-            )
-        if getattr(policy, text_field) is None:
-            add("error", "hop-degraded-path", (*base, text_field), text_problem, text_fix)
-        tries = attempts if attempts is not None else 1
-        if name == "rag":
-            hop_time = tries * (rag.timeouts.embed + rag.timeouts.retrieve)
-            what = f"{tries} attempt(s) x (embed {_d(rag.timeouts.embed)} + retrieve " + (
-                f"{_d(rag.timeouts.retrieve)})"
-            )
-        else:
-            hop_time = tries * agent.timeouts.tool_call
-            what = f"{tries} attempt(s) x tool_call {_d(agent.timeouts.tool_call)}"
-        backoffs = max(tries - 1, 0) * retries.backoff_max
-        request = policy.timeouts.request
-        if hop_time + backoffs >= request:
-            add(
-                "error",
-                "hop-timeouts-within-request",
-                (*base, "timeouts", "request"),
-                f"{what} + backoff {_d(backoffs)} = {_d(hop_time + backoffs)} does not fit in "
-                f"the {name} request timeout ({_d(request)}): one slow hop uses the whole "
-                "request, and the degraded answer is never reached in time",
-                "shorten the hop timeouts (near the hop's p99) or raise request",
-            )
+        _lint_hop_policy(name, policy, text_field, text_problem, text_fix, add)
+        _lint_hop_time(name, policy, gw, add)
     _lint_agent_resume(agent, add)
     _lint_orchestrator(gw.orchestrator, add)
+
+
+def _lint_hop_policy(
+    name: str, policy: Any, text_field: str, text_problem: str, text_fix: str, add: _Add
+) -> None:
+    """One path's hop calls bounded, budgeted, backed off and behind a breaker, and its
+    degraded answer set."""
+    base = ("gateway", name)
+    retries = policy.retries
+    attempts = retries.max_attempts
+    if attempts is None:
+        add(
+            "error",
+            "hop-retries-bounded",
+            (*base, "retries", "max_attempts"),
+            f"{name} hop calls retry without bound: a failing hop gets every request's "
+            "calls until the deadline",
+            "set max_attempts (2)",
+        )
+    if retries.budget is None:
+        add(
+            "error",
+            "hop-retries-budgeted",
+            (*base, "retries", "budget"),
+            f"{name} hop calls have no retry budget: under a fault each request multiplies "
+            "its calls on the hop (retry amplification)",
+            "set budget: {ratio: 0.2, min_retries: 3, window: 10s}",
+        )
+    if (attempts is None or attempts > 1) and retries.backoff_max <= 0:
+        add(
+            "error",
+            "hop-retries-back-off",
+            (*base, "retries", "backoff_max"),
+            f"{name} hop retries have no backoff: they land at once on a struggling hop",
+            "set backoff_base (50ms) and backoff_max (500ms)",
+        )
+    if policy.breaker is None:
+        add(
+            "error",
+            "hop-breakers-present",
+            (*base, "breaker"),
+            f"no breakers on the {name} hops: a dead or saturated hop keeps receiving "
+            "every request's calls",
+            "set breaker: {failure_threshold: 3, reset_timeout: 5s}",
+        )
+    if getattr(policy, text_field) is None:
+        add("error", "hop-degraded-path", (*base, text_field), text_problem, text_fix)
+
+
+def _lint_hop_time(name: str, policy: Any, gw: Any, add: _Add) -> None:
+    """One path's hop calls, with their retries and backoffs, fit in its request timeout."""
+    base = ("gateway", name)
+    retries = policy.retries
+    attempts = retries.max_attempts
+    rag, agent = gw.rag, gw.agent
+    tries = attempts if attempts is not None else 1
+    if name == "rag":
+        hop_time = tries * (rag.timeouts.embed + rag.timeouts.retrieve)
+        what = f"{tries} attempt(s) x (embed {_d(rag.timeouts.embed)} + retrieve " + (
+            f"{_d(rag.timeouts.retrieve)})"
+        )
+    else:
+        hop_time = tries * agent.timeouts.tool_call
+        what = f"{tries} attempt(s) x tool_call {_d(agent.timeouts.tool_call)}"
+    backoffs = max(tries - 1, 0) * retries.backoff_max
+    request = policy.timeouts.request
+    if hop_time + backoffs >= request:
+        add(
+            "error",
+            "hop-timeouts-within-request",
+            (*base, "timeouts", "request"),
+            f"{what} + backoff {_d(backoffs)} = {_d(hop_time + backoffs)} does not fit in "
+            f"the {name} request timeout ({_d(request)}): one slow hop uses the whole "
+            "request, and the degraded answer is never reached in time",
+            "shorten the hop timeouts (near the hop's p99) or raise request",
+        )
 
 
 def _lint_orchestrator(orchestrator: Any, add: Any) -> None:
