@@ -569,8 +569,6 @@ class StackConfig(_Model):
 
     def problems(self) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
         """Cross-field problems that make the stack impossible to run."""
-        # Long on purpose: Cross-field rules of a stack config, one after another, each yielding its
-        # own location.
         seen: dict[int, str] = {}
 
         def claim(port: int, loc: tuple[str | int, ...]) -> Iterator[tuple[Any, str, Any]]:
@@ -590,64 +588,74 @@ class StackConfig(_Model):
         for i, replica in enumerate(self.replicas):
             if names[replica.name] > 1:
                 yield ("replicas", i, "name"), "replica names must be unique", replica.name
-        if self.backup is not None:
-            yield from claim(self.backup.proxy_port, ("backup", "proxy_port"))
-            replica_names = [r.name for r in self.replicas]
-            if self.backup.engine not in replica_names:
-                yield (
-                    ("backup", "engine"),
-                    f"no replica of that name; expected one of: {', '.join(replica_names)}",
-                    self.backup.engine,
-                )
-            if self.backup.name in replica_names:
-                yield ("backup", "name"), "clashes with a replica's name", self.backup.name
-            if self.backup.served_name == self.engine.served_name:
-                yield (
-                    ("backup", "served_name"),
-                    "must differ from engine.served_name so that backup traffic is told apart",
-                    self.backup.served_name,
-                )
+        yield from self._backup_problems(claim)
         yield from self._canary_problems(claim)
-        if self.rag is not None:
-            rag = self.rag
-            for loc, port in (
-                (("rag", "embedder", "port"), rag.embedder.port),
-                (("rag", "embedder", "grpc_port"), rag.embedder.grpc_port),
-                (("rag", "embedder", "metrics_port"), rag.embedder.metrics_port),
-                (("rag", "embedder", "proxy_port"), rag.embedder.proxy_port),
-                (("rag", "vector_db", "port"), rag.vector_db.port),
-                (("rag", "vector_db", "proxy_port"), rag.vector_db.proxy_port),
-                (("rag", "tools", "port"), rag.tools.port),
-                (("rag", "tools", "proxy_port"), rag.tools.proxy_port),
-            ):
-                yield from claim(port, loc)
-            hop_names = [rag.embedder.name, rag.vector_db.name, rag.tools.name]
-            taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway", "hop"}
-            if self.backup is not None:
-                taken.add(self.backup.name)
-            if self.canary is not None:
-                taken.add(self.canary.name)
-            for key, name in zip(("embedder", "vector_db", "tools"), hop_names, strict=True):
-                if name in taken or hop_names.count(name) > 1:
-                    yield ("rag", key, "name"), "clashes with another component's name", name
-            allowed = {"search_kb", "read_report_table", "send_message"}
-            for agent, tools in rag.tools.agents.items():
-                for tool in tools:
-                    if tool not in allowed:
-                        yield (
-                            ("rag", "tools", "agents", agent),
-                            f"unknown tool; expected some of: {', '.join(sorted(allowed))}",
-                            tool,
-                        )
-            for tool in rag.tools.capacity:
-                if tool not in allowed:
-                    yield (
-                        ("rag", "tools", "capacity", tool),
-                        f"unknown tool; expected one of: {', '.join(sorted(allowed))}",
-                        tool,
-                    )
+        yield from self._rag_problems(claim)
         if self.engine.kind == "vllm" and not self.engine.python:
             yield ("engine", "python"), "kind 'vllm' needs the interpreter that has vLLM", None
+
+    def _backup_problems(self, claim: Any) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+        """The backup model's hop: a free port, an engine that exists, names of its own."""
+        if self.backup is None:
+            return
+        yield from claim(self.backup.proxy_port, ("backup", "proxy_port"))
+        replica_names = [r.name for r in self.replicas]
+        if self.backup.engine not in replica_names:
+            yield (
+                ("backup", "engine"),
+                f"no replica of that name; expected one of: {', '.join(replica_names)}",
+                self.backup.engine,
+            )
+        if self.backup.name in replica_names:
+            yield ("backup", "name"), "clashes with a replica's name", self.backup.name
+        if self.backup.served_name == self.engine.served_name:
+            yield (
+                ("backup", "served_name"),
+                "must differ from engine.served_name so that backup traffic is told apart",
+                self.backup.served_name,
+            )
+
+    def _rag_problems(self, claim: Any) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+        """The retrieval part: free ports, names of its own, tools the tool server has."""
+        if self.rag is None:
+            return
+        rag = self.rag
+        for loc, port in (
+            (("rag", "embedder", "port"), rag.embedder.port),
+            (("rag", "embedder", "grpc_port"), rag.embedder.grpc_port),
+            (("rag", "embedder", "metrics_port"), rag.embedder.metrics_port),
+            (("rag", "embedder", "proxy_port"), rag.embedder.proxy_port),
+            (("rag", "vector_db", "port"), rag.vector_db.port),
+            (("rag", "vector_db", "proxy_port"), rag.vector_db.proxy_port),
+            (("rag", "tools", "port"), rag.tools.port),
+            (("rag", "tools", "proxy_port"), rag.tools.proxy_port),
+        ):
+            yield from claim(port, loc)
+        hop_names = [rag.embedder.name, rag.vector_db.name, rag.tools.name]
+        taken = {r.name for r in self.replicas} | {"toxiproxy", "gateway", "hop"}
+        if self.backup is not None:
+            taken.add(self.backup.name)
+        if self.canary is not None:
+            taken.add(self.canary.name)
+        for key, name in zip(("embedder", "vector_db", "tools"), hop_names, strict=True):
+            if name in taken or hop_names.count(name) > 1:
+                yield ("rag", key, "name"), "clashes with another component's name", name
+        allowed = {"search_kb", "read_report_table", "send_message"}
+        for agent, tools in rag.tools.agents.items():
+            for tool in tools:
+                if tool not in allowed:
+                    yield (
+                        ("rag", "tools", "agents", agent),
+                        f"unknown tool; expected some of: {', '.join(sorted(allowed))}",
+                        tool,
+                    )
+        for tool in rag.tools.capacity:
+            if tool not in allowed:
+                yield (
+                    ("rag", "tools", "capacity", tool),
+                    f"unknown tool; expected one of: {', '.join(sorted(allowed))}",
+                    tool,
+                )
 
 
 OPTIONAL_PARTS: dict[str, str] = {
