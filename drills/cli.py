@@ -362,7 +362,7 @@ def _schema(what: str) -> dict[str, object]:
     """The JSON Schema of ``what``: the scenario's with every fault kind and check known in
     this environment (plugins' included), or the journal's."""
     if what == "scenario":
-        from drills.model.scenario import scenario_schema
+        from drills.model.schema import scenario_schema
 
         return scenario_schema()
     schema = Journal.model_json_schema(mode="serialization")

@@ -281,7 +281,7 @@ def test_shipped_scenarios_validate_against_the_published_schema(path: Path) -> 
     import jsonschema
     import yaml
 
-    from drills.model.scenario import scenario_schema
+    from drills.model.schema import scenario_schema
 
     jsonschema.Draft202012Validator(scenario_schema()).validate(yaml.safe_load(path.read_text()))
 
@@ -289,7 +289,7 @@ def test_shipped_scenarios_validate_against_the_published_schema(path: Path) -> 
 def test_the_published_schema_refuses_what_the_loader_refuses() -> None:
     import jsonschema
 
-    from drills.model.scenario import scenario_schema
+    from drills.model.schema import scenario_schema
 
     validator = jsonschema.Draft202012Validator(scenario_schema())
     data = yaml_of(LATENCY)

@@ -13,14 +13,13 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BeforeValidator,
     Discriminator,
     Field,
     Tag,
-    create_model,
     field_validator,
     model_validator,
 )
@@ -30,7 +29,6 @@ from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import (
     ALERT_FAMILIES,
-    families,
 )
 from drills.model.expect import AbortCondition, Check, bound_value
 from drills.model.faults import (
@@ -45,7 +43,7 @@ from drills.model.faults import (
     fault_models,
     waits_for_replacement,
 )
-from drills.model.gateways import GatewayAdapter, known_adapters, merged
+from drills.model.gateways import GatewayAdapter, merged
 from drills.model.load import FallbackRule, LoadConfig, ResumePolicy
 from drills.model.records import Record
 from drills.model.references import scenario_references
@@ -86,7 +84,6 @@ __all__ = [
     "expand_env",
     "fault_models",
     "load_scenario",
-    "scenario_schema",
     "twin_litellm",
     "twin_profile",
     "twin_rules",
@@ -702,106 +699,3 @@ def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) ->
     l7 = [u.name for u in config.upstreams if u.hop_port is not None]
     engines = [n for n in config.component_names if n in {u.name for u in config.upstreams}]
     check_targets(scenario, doc, hops, config.component_names, l7, engines)
-
-
-def scenario_schema() -> dict[str, Any]:
-    """The JSON Schema of a scenario file, with every fault kind known now (plugins'
-    included) in place of the open ``inject`` items."""
-    union: Any = Annotated[Union[fault_models()], Field(discriminator="kind")]  # noqa: UP007
-    phase = create_model(
-        "Phase",
-        __base__=Phase,
-        inject=(list[union], Field(default_factory=list)),
-    )
-    scenario = create_model(
-        "Scenario",
-        __base__=Scenario,
-        phases=(list[phase], Field(min_length=1)),  # type: ignore[valid-type]
-    )
-    schema = scenario.model_json_schema(by_alias=True)
-    # The loader takes ``stack: {attach: {...}}`` as well as ``stack: {...}`` (_unwrap_attach).
-    stack = schema["properties"]["stack"]
-    stack["oneOf"].append(
-        {
-            "type": "object",
-            "properties": {"attach": {"$ref": "#/$defs/Attach"}},
-            "required": ["attach"],
-            "additionalProperties": False,
-        }
-    )
-    _enumerate_names(schema["$defs"])
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "drills scenario"
-    return schema
-
-
-def _expand(pattern: str) -> list[str] | None:
-    """Every string a name pattern matches, for the simple patterns check families use
-    (literals, ``\\.``, and groups of alternatives: ``(ttft|e2e)\\.p(50|99)``); ``None``
-    for any other pattern."""
-
-    def seq(i: int) -> tuple[list[str], int]:
-        out = [""]
-        while i < len(pattern) and pattern[i] not in "|)":
-            char = pattern[i]
-            if char == "(":
-                alts, i = group(i + 1)
-                out = [a + b for a in out for b in alts]
-                continue
-            if char == "\\" and i + 1 < len(pattern) and pattern[i + 1] in ".-_":
-                char, i = pattern[i + 1], i + 1
-            elif not (char.isalnum() or char in "_-"):
-                raise ValueError(char)
-            out, i = [a + char for a in out], i + 1
-        return out, i
-
-    def group(i: int) -> tuple[list[str], int]:
-        alts: list[str] = []
-        while True:
-            part, i = seq(i)
-            alts += part
-            if i >= len(pattern):
-                raise ValueError("unclosed group")
-            if pattern[i] == ")":
-                return alts, i + 1
-            i += 1
-
-    try:
-        names, end = seq(0)
-    except ValueError:
-        return None
-    return names if end == len(pattern) else None
-
-
-def _enumerate_names(defs: dict[str, Any]) -> None:
-    """The schema's check names and gateway adapters as the values they may take (plugins'
-    included), so that an editor completes them: ``check`` from every check family (a name
-    pattern expanded, or kept as a pattern), ``adapter`` from every known adapter."""
-    names: set[str] = set()
-    patterns: list[str] = []
-    for family in families():
-        names.update(family.names)
-        if family.pattern is not None:
-            expanded = _expand(family.pattern)
-            if expanded is None:
-                patterns.append(f"^(?:{family.pattern})$")
-            else:
-                names.update(expanded)
-    check = defs["Check"]["properties"]["check"]
-    choices: list[dict[str, Any]] = [{"type": "string", "enum": sorted(names)}]
-    choices += [{"type": "string", "pattern": p} for p in patterns]
-    defs["Check"]["properties"]["check"] = {
-        "title": check.get("title", "Check"),
-        "description": "The check: a name of one of the check families (built in or a plugin's).",
-        "anyOf": choices,
-    }
-    adapters = sorted(known_adapters())
-    adapter = defs["Attach"]["properties"]["adapter"]
-    adapter["anyOf"] = [
-        {"type": "string", "enum": adapters},
-        {
-            "type": "object",
-            "properties": {"use": {"type": "string", "enum": adapters}},
-            "additionalProperties": True,
-        },
-    ]
