@@ -12,7 +12,9 @@ from drills.common.errors import InputError, SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
 from drills.engine.hardware import HARDWARE_KINDS
+from drills.engine.monitoring import needs_monitoring
 from drills.engine.options import RunOptions, attach_of, attach_urls
+from drills.engine.parts import needed_parts
 from drills.engine.safety import (
     SafetyPolicy,
     check_scenario,
@@ -20,6 +22,8 @@ from drills.engine.safety import (
     kubernetes_scope,
 )
 from drills.model.scenario import Scenario
+from injectors.base import InjectionContext, build
+from stack.config import load_stack_config, parts_of
 
 __all__ = ["describe", "dry_run"]
 
@@ -88,14 +92,9 @@ def _stack_plan(
     if attach is not None:
         stack: dict[str, Any] = {"attach": attach_urls(attach)}
     else:
-        from stack.config import load_stack_config
-
         profile = options.profile or (
             scenario.stack if isinstance(scenario.stack, str) else "sound"
         )
-        from drills.engine.monitoring import needs_monitoring
-        from drills.engine.parts import needed_parts
-        from stack.config import parts_of
 
         config = load_stack_config(profile)
         needed = needed_parts([scenario], config)
@@ -157,7 +156,6 @@ def _preflight_hits(
 ) -> Any:
     """What a Kubernetes or Docker fault would hit, read from the cluster or the daemon (reads
     only; nothing is changed), or why it would be refused."""
-    from injectors.base import InjectionContext, build
 
     context = InjectionContext(
         "dry-run",
@@ -177,7 +175,6 @@ def _preflight_hits(
 def _hardware_hits(spec: Any) -> dict[str, Any]:
     """The device a GPU fault would squeeze, read through NVML (nothing held), or why it
     cannot run on this host (a run is then refused before anything starts)."""
-    from injectors.base import InjectionContext, build
 
     try:
         found: dict[str, Any] = build(spec, InjectionContext("dry-run", ""), 0).preflight()  # type: ignore[attr-defined]

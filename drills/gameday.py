@@ -33,14 +33,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from drills.common.errors import ConfigError, KillSwitch, SafetyViolation
 from drills.common.jsonl import read_jsonl
 from drills.common.redact import redact
+from drills.common.system import pid_alive
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.engine.events import FOR_PEOPLE, RunEvent
 from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.runner import Runner
-from drills.engine.safety import abort_request, check_scenario, register_run, runs_dir
+from drills.engine.safety import abort_request, check_scenario, load_policy, register_run, runs_dir
 from drills.model.scenario import Attach, Scenario, load_scenario
 from drills.model.score import Score, combined
+from reports.gameday import render_gameday
 
 __all__ = [
     "Answer",
@@ -306,7 +308,6 @@ class GameDay:
 
     def check(self) -> None:
         """Everything the day will run, against the safety policy, before anything starts."""
-        from drills.engine.safety import load_policy
 
         policy = self.options.safety or load_policy()
         problems: list[str] = []
@@ -389,7 +390,6 @@ class GameDay:
         journal = self._journal(started, ended, status, stop_reason)
         path = self.dir / "gameday.json"
         path.write_text(json.dumps(redact(journal), indent=1, default=str))
-        from reports.gameday import render_gameday
 
         render_gameday(path)
         return self.dir
@@ -615,7 +615,6 @@ def add_note(text: str, by: str | None = None) -> list[dict[str, Any]]:
             continue
         if not str(data.get("what", "")).startswith("gameday "):
             continue
-        from drills.common.system import pid_alive
 
         if not pid_alive(int(data.get("pid", 0))):
             continue

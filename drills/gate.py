@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 from drills.common.errors import ConfigError, InputError, SafetyViolation
 from drills.common.stats import CONFIDENCE
@@ -31,6 +32,8 @@ from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_
 from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
 from drills.model.scenario import Scenario, load_scenario
+from reports import load_journal, render_junit_suites, render_markdown
+from reports.common import interval_text
 
 __all__ = ["GateResult", "collect_scenarios", "run_gate", "validate_all"]
 
@@ -155,7 +158,6 @@ def run_gate(
 ) -> list[GateResult]:
     """Run each drill in its own process, at most ``concurrency`` at once, each followed by
     its twins (``twins``); the results in the order of ``files`` (``_verdict``)."""
-    from reports import load_journal
 
     runs = out / "runs"
     extra = _child_args(options, safety)
@@ -235,7 +237,6 @@ def _child(argv: list[str], log: Path, say: Callable[[str], None] | None) -> int
 
 def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
     """``junit.xml`` (a suite per drill, a case per check) and ``summary.md`` for the PR."""
-    from reports import render_junit_suites, render_markdown
 
     journals = [r.journal for r in results if r.journal is not None]
     junit = out / "junit.xml"
@@ -275,9 +276,6 @@ def write_gate_reports(results: list[GateResult], out: Path) -> dict[str, Path]:
 def _append_inconclusive(junit: Path, results: list[GateResult]) -> None:
     """A suite of the gate's own: a failed case per check that passed without being sure,
     under ``--inconclusive fail``."""
-    from xml.etree import ElementTree as ET
-
-    from reports.common import interval_text
 
     root = ET.fromstring(junit.read_text())
     checks = [(r, c) for r in results for c in r.inconclusive_checks]
@@ -303,7 +301,6 @@ def _append_inconclusive(junit: Path, results: list[GateResult]) -> None:
 
 
 def _append_errors(junit: Path, broken: list[GateResult]) -> None:
-    from xml.etree import ElementTree as ET
 
     root = ET.fromstring(junit.read_text())
     for result in broken:

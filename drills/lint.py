@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml
+from stack.config import StackConfig, load_stack_config, profile_path
 
 __all__ = ["Finding", "lint_config", "lint_stack"]
 
@@ -63,7 +64,6 @@ def lint_config(
     ``client_timeout``: the timeout of the clients in front of the gateway (a drill's load, an
     app), when known.
     """
-    from stack.config import StackConfig
 
     assert isinstance(config, StackConfig)
     findings: list[Finding] = []
@@ -290,7 +290,6 @@ def _lint_client(config: Any, client_timeout: float, add: _Add) -> None:
 def lint_stack(path: Path | str, client_timeout: float | None = None) -> list[Finding]:
     """Lint a stack config file (a profile name or a path); raise ``ConfigError`` if it does
     not validate at all."""
-    from stack.config import load_stack_config, profile_path
 
     config = load_stack_config(path)  # names the shipped profiles when ``path`` is neither
     return lint_config(config, load_yaml(profile_path(str(path))), client_timeout)

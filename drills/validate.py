@@ -14,48 +14,46 @@ from typing import Any
 
 from drills.common.errors import ConfigError
 from drills.common.yamlsrc import load_yaml, parse_model
+from drills.engine.safety import SafetyPolicy, load_policy
+from drills.gameday import AnswersFile, load_plan
+from drills.model.scenario import load_scenario
+from drills.probes.retrieval import load_queries
+from stack.config import load_stack_config
 
 __all__ = ["KINDS", "Kind", "kind_of", "validate_files"]
 
 
 def _drill(path: Path) -> None:
-    from drills.model.scenario import load_scenario
 
     load_scenario(path)
 
 
 def _plan(path: Path) -> None:
-    from drills.gameday import load_plan
 
     load_plan(path)
 
 
 def _answers(path: Path) -> None:
-    from drills.gameday import AnswersFile
 
     parse_model(AnswersFile, load_yaml(path))
 
 
 def _profile(path: Path) -> None:
-    from stack.config import load_stack_config
 
     load_stack_config(path)
 
 
 def _policy(path: Path) -> None:
-    from drills.engine.safety import load_policy
 
     load_policy(path)
 
 
 def _queries(path: Path) -> None:
-    from drills.probes.retrieval import load_queries
 
     load_queries(path)
 
 
 def _policy_fields() -> set[str]:
-    from drills.engine.safety import SafetyPolicy
 
     return set(SafetyPolicy.model_fields)
 

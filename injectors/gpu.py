@@ -44,6 +44,7 @@ class NeedsGpu(InputError):
 
 def _nvml() -> Any:
     try:
+        # Imported here: NVML's bindings may be missing (no NVIDIA driver): said, not raised.
         import pynvml
     except ImportError as exc:
         raise GpuUnavailable(f"nvidia-ml-py is not installed ({exc})") from None

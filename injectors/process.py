@@ -21,6 +21,7 @@ from typing import Any
 from drills.common.errors import InjectionFailed, RevertError
 from drills.common.system import group_members
 from injectors.base import InjectionContext
+from stack.state import read_events, read_state
 
 __all__ = ["ProcessInjector", "revert_entry"]
 
@@ -52,7 +53,6 @@ class ProcessInjector:
     # -- the target ----------------------------------------------------------------------------
 
     def _component(self) -> dict[str, Any]:
-        from stack.state import read_state
 
         if self.state_dir is None:
             raise InjectionFailed(
@@ -148,7 +148,6 @@ class ProcessInjector:
     def observe(self) -> dict[str, Any]:
         """The replacement of a killed (or the recovery of a frozen) component, from the
         supervisor's events after the fault was applied."""
-        from stack.state import read_events
 
         if self.state_dir is None or self.applied_at is None or self.victim is None:
             return {}

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,8 +28,11 @@ from typing import Any
 import httpx
 
 from drills.common.errors import InputError
+from drills.common.prometheus import parse_samples
+from drills.common.stats import percentile
 from drills.common.system import revert_helper_entry, start_time
 from injectors.base import InjectionContext
+from stack.state import read_state
 
 __all__ = ["ToolSaturate", "revert_entry"]
 
@@ -47,8 +51,6 @@ def tools_endpoint(context: InjectionContext, url: str | None) -> str:
     if url:
         return url.rstrip("/")
     if context.state_dir is not None:
-        from stack.state import read_state
-
         state = read_state(context.state_dir)
         if state is not None:
             for comp in state.data.get("components", {}).values():
@@ -61,7 +63,6 @@ def tools_endpoint(context: InjectionContext, url: str | None) -> str:
 
 
 def _gauges(base: str, tool: str) -> dict[str, float]:
-    from drills.common.prometheus import parse_samples
 
     response = httpx.get(f"{base}/metrics", timeout=2.0)
     response.raise_for_status()
@@ -91,7 +92,6 @@ class ToolSaturate:
         return {"kind": self.kind, "target": self.target, **self.entry}
 
     def _start(self, hold: bool) -> None:
-        import subprocess
 
         self.stats_path.parent.mkdir(parents=True, exist_ok=True)
         self.stats_path.unlink(missing_ok=True)
@@ -216,11 +216,10 @@ def revert_entry(entry: dict[str, Any]) -> dict[str, Any]:
 async def _flood(spec: dict[str, Any]) -> None:
     # Long on purpose: The flood helper's whole life (sessions, the call loop, its figures, the stop
     # on SIGTERM) runs in its own process; its steps share one event loop and one tally.
+    # Imported here: the MCP client (about 1 s to import) runs only in the flood's helper.
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-
-    from drills.common.stats import percentile
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -13,6 +13,7 @@ from xml.etree import ElementTree as ET
 
 from markupsafe import Markup
 
+from reports import load_journal
 from reports.common import md_cell, score_suffix
 from reports.html import COLORS, CSS, environment
 from reports.junit import XML_HEADER, junit_suite
@@ -229,7 +230,6 @@ def render_markdown(day: dict[str, Any]) -> str:
 
 
 def render_junit(day: dict[str, Any]) -> str:
-    from reports import load_journal
 
     root = ET.Element("testsuites", name=f"gameday:{day['gameday']}")
     for step in day["steps"]:

@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from drills.common.errors import ConfigError
 from drills.common.units import Duration
 from drills.common.yamlsrc import load_model
 
@@ -676,7 +678,6 @@ def without_parts(source: Path, left_out: frozenset[str]) -> str:
     text = source.read_text()
     if not left_out:
         return text
-    import yaml
 
     data = yaml.safe_load(text)
     for part in sorted(left_out):
@@ -701,7 +702,6 @@ def load_stack_config(name_or_path: str | Path) -> StackConfig:
     path = profile_path(str(name_or_path))
     if not path.exists():
         available = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
-        from drills.common.errors import ConfigError
 
         raise ConfigError(
             [

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from drills.common.errors import StackError, StackNotRunning, ToxiproxyError
 from drills.common.system import group_members, pid_alive
@@ -253,7 +254,6 @@ less the optional parts left out)."""
 
 def _sections(path: Path) -> set[str]:
     """The optional parts a stack file has (a quick read of its top-level keys)."""
-    import yaml
 
     try:
         data = yaml.safe_load(path.read_text())
@@ -543,6 +543,7 @@ def _sweep(state: StackState, state_dir: Path) -> list[str]:
     killed = []
     for name, comp in state.components.items():
         if comp.get("container"):
+            # Imported here: the Docker SDK only for a stack that runs containers.
             from stack.containers import remove_container
 
             remove_container(comp.get("docker_host"), comp["container"])

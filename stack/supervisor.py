@@ -178,6 +178,7 @@ class Supervisor:
 
     def _start_container(self, run: Running) -> None:
         """Create and start the container; from then on Docker restarts it, not us."""
+        # Imported here: the Docker SDK only for a stack that runs containers.
         from stack.containers import start_engine_container
 
         spec = run.spec
@@ -193,6 +194,7 @@ class Supervisor:
     def _watch_container(self, run: Running) -> bool:
         """Follow the container's main process: a new pid is a (re)start by Docker, a lost one
         an exit; returns whether anything changed."""
+        # Imported here: the Docker SDK only for a stack that runs containers.
         from drills.common.docker import DockerClient, DockerError
 
         assert run.spec.container is not None and run.container_id is not None
@@ -231,6 +233,7 @@ class Supervisor:
 
     def _stop(self, run: Running) -> None:
         if run.spec.container is not None:
+            # Imported here: the Docker SDK only for a stack that runs containers.
             from stack.containers import remove_container
 
             if run.container_id:

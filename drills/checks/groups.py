@@ -109,6 +109,7 @@ def _error_ratio(check: Check, mine: list[Record], theirs: list[Record]) -> Chec
 
 
 def check_group_ks(check: Check, ev: Evaluation) -> CheckResult:
+    # Imported here: scipy.stats takes about 2 s to import, and only group_ks needs it.
     from scipy.stats import ks_2samp
 
     family = "group_ks"

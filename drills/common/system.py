@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drills.common.errors import RevertError
+
 __all__ = [
     "group_members",
     "pid_alive",
@@ -93,7 +95,6 @@ def revert_helper_entry(
 ) -> dict[str, Any]:
     """Revert a fault held by a helper process from its ledger entry (``pid``, ``starttime``):
     stop it; ``RevertError`` naming ``what`` if it will not go."""
-    from drills.common.errors import RevertError
 
     try:
         done = stop_helper(entry.get("pid"), entry.get("starttime"))

@@ -19,6 +19,7 @@ from drills.engine.safety import fault_windows
 from drills.model.journal import Journal, RunStatus, StackInfo
 from drills.model.scenario import Attach, Scenario
 from injectors import InjectionContext, Preflight, build
+from reports import render_all
 
 __all__ = ["HARDWARE_KINDS", "refuse_without_hardware"]
 
@@ -87,6 +88,5 @@ def _write_refusal(
     )
     journal = Journal.model_validate(redact(journal.model_dump(mode="json")))
     journal.write(run_dir / "journal.json")
-    from reports import render_all
 
     return render_all(journal, run_dir)["html"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from drills.common.errors import InputError
 from drills.common.system import pid_alive, state_home
+from injectors.base import revert_entry
 
 __all__ = ["CorruptLedger", "Ledger", "default_ledger_path"]
 
@@ -91,7 +92,6 @@ class Ledger:
 
     def sweep(self) -> list[dict[str, Any]]:
         """Revert faults left by runs that are no longer alive; return what was removed."""
-        from injectors.base import revert_entry
 
         removed = []
         for key, entry in self.entries().items():

@@ -27,6 +27,7 @@ from drills.common.stats import CONFIDENCE
 from drills.common.toxiproxy import ToxiproxyClient
 from drills.common.yamlsrc import YamlDocument
 from drills.engine.events import EventHandler
+from drills.engine.parts import needed_parts
 from drills.engine.safety import (
     SafetyPolicy,
     active_runs,
@@ -39,6 +40,8 @@ from drills.model.journal import (
 )
 from drills.model.load import SpikeShape
 from drills.model.scenario import Attach, PrometheusEndpoint, Scenario, expand_env, toxiproxy_faults
+from stack import control
+from stack.config import load_stack_config
 
 __all__ = [
     "RunOptions",
@@ -211,7 +214,6 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
             pager=attach.pager,
             exporter=attach.exporter,
         )
-    from stack import control
 
     profile = base_profile(scenario, options)
     status = control.up(
@@ -245,8 +247,6 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
 def stack_parts(scenarios: list[Scenario], profile: str, options: RunOptions) -> frozenset[str]:
     """The optional parts of ``profile`` to start for ``scenarios``: what they need, and what
     ``options.with_parts`` asks for."""
-    from drills.engine.parts import needed_parts
-    from stack.config import load_stack_config
 
     needed = needed_parts(scenarios, load_stack_config(profile))
     for part, why in needed.items():
@@ -257,8 +257,6 @@ def stack_parts(scenarios: list[Scenario], profile: str, options: RunOptions) ->
 def parts_for_all(scenarios: list[Scenario], options: RunOptions) -> frozenset[str]:
     """The optional parts any of ``scenarios`` (a game day's, a gate's) needs of its profile:
     started with the first drill, so that no later drill restarts the stack for them."""
-    from drills.engine.parts import needed_parts
-    from stack.config import load_stack_config
 
     parts: set[str] = set(options.with_parts)
     for scenario in scenarios:

@@ -109,6 +109,7 @@ from drills.model.scenario import (
 from drills.model.score import score_of
 from drills.probes import Prober
 from injectors import InjectionContext, Observer, Preflight, Prepares, build
+from reports import render_all
 
 __all__ = ["Interrupted", "Runner"]
 
@@ -565,7 +566,6 @@ class Runner:
         if journal.history is not None and not journal.history.written:
             self._say(f"the run history was not written: {journal.history.reason}", "warning")
         journal.write(run_dir / "journal.json")
-        from reports import render_all
 
         render_all(journal, run_dir)
         return journal

@@ -46,6 +46,7 @@ from drills.common.errors import (
     RunConflict,
     SafetyViolation,
 )
+from drills.common.redact import redact_url
 from drills.common.system import pid_alive, start_time, state_home
 from drills.common.units import Duration, format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_model
@@ -352,7 +353,6 @@ def kubernetes_scope(
 
 
 def _redact_url(url: str) -> str:
-    from drills.common.redact import redact_url
 
     return redact_url(url)
 

@@ -17,7 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from drills.engine.options import RunOptions, attach_of, base_profile, resolve_stack
+from drills.engine.parts import needed_parts
 from drills.model.scenario import Attach, Scenario
+from stack import control
+from stack.beside import gateway_beside, refusal
+from stack.config import load_stack_config, parts_of, profile_path
+from stack.state import default_state_dir, read_state
 
 __all__ = ["base_profile", "beside", "cannot_share", "running_host"]
 
@@ -25,8 +30,6 @@ __all__ = ["base_profile", "beside", "cannot_share", "running_host"]
 def cannot_share(scenario: Scenario, options: RunOptions, base: str, profile: str) -> str | None:
     """Why ``profile`` needs a stack of its own (``None``: its gateway can run beside
     ``base``'s stack)."""
-    from stack.beside import refusal
-    from stack.config import load_stack_config
 
     if options.keep_stack:
         return "--keep-stack: the stack is started whole, as the profile says"
@@ -37,10 +40,6 @@ def running_host(scenario: Scenario, options: RunOptions) -> Path | None:
     """The profile file of the user's running stack (``drills stack up``) when the drill's own
     profile is another one whose gateway can run beside it, with every part the drill needs;
     ``None`` otherwise (the stack is brought up, or found up, as the profile says)."""
-    from drills.engine.parts import needed_parts
-    from stack import control
-    from stack.config import load_stack_config, parts_of, profile_path
-    from stack.state import default_state_dir, read_state
 
     if attach_of(scenario, options) is not None or options.keep_stack:
         return None
@@ -66,8 +65,6 @@ def beside(
 ) -> Iterator[RunOptions]:
     """``base``'s stack brought up (or found up), ``profile``'s gateway beside it in
     ``workdir``: the options that run the drill through that gateway."""
-    from stack.beside import gateway_beside
-    from stack.state import default_state_dir
 
     state_dir = options.state_dir or default_state_dir()
     up = dataclasses.replace(options, profile=base, attach=None, state_dir=state_dir)

@@ -15,12 +15,16 @@ from typing import Any
 
 from drills.common.errors import ConfigError, HopError
 from drills.common.hop import HopClient, HopRecord
+from drills.common.jsonl import read_jsonl
 from drills.common.yamlsrc import YamlDocument
 from drills.engine.chain import ChainState, read_chain
 from drills.engine.options import RunOptions, StackEndpoints, attach_of
+from drills.lint import lint_stack
 from drills.model.scenario import Scenario
 from drills.probes import Prober
-from stack.state import read_state
+from drills.probes.retrieval import RecallProbe, load_queries
+from stack.config import load_stack_config
+from stack.state import default_state_dir, read_state
 
 __all__ = ["StackReads"]
 
@@ -38,7 +42,6 @@ class StackReads:
     def tool_audit(self, state_dir: Path | None, since: float) -> list[dict[str, Any]] | None:
         """The embedded tool server's audit log since the run began, when the drill has a
         check that reads it (``drills.checks.agent``)."""
-        from drills.common.jsonl import read_jsonl
 
         if state_dir is None or not any(c.check.startswith("tasks_") for c in self.scenario.expect):
             return None
@@ -49,7 +52,6 @@ class StackReads:
 
     def state_dir_of_run(self) -> Path | None:
         """The embedded stack's state directory, when this run knows it."""
-        from stack.state import default_state_dir
 
         if self.options.state_dir is not None:
             return self.options.state_dir
@@ -98,7 +100,6 @@ class StackReads:
 
     def agent_identity(self, state_dir: Path | None, endpoints: StackEndpoints) -> tuple[str, str]:
         """Who the gateway's agent calls tools as, and the tool server's hop name."""
-        from stack.config import load_stack_config
 
         source = self.config_path(state_dir, endpoints)
         if source is not None:
@@ -114,8 +115,6 @@ class StackReads:
         self, prober: Prober, state_dir: Path | None, endpoints: StackEndpoints
     ) -> dict[str, Any] | None:
         """Add the recall probe to ``prober`` when the drill asks for it; its status."""
-        from drills.probes.retrieval import RecallProbe, load_queries
-        from stack.config import load_stack_config
 
         scenario = self.scenario
         wanted = scenario.retrieval_probe or any(
@@ -145,7 +144,6 @@ class StackReads:
 
     def lint(self, endpoints: StackEndpoints) -> list[dict[str, Any]] | None:
         """Lint findings on the stack's config (``None`` when the stack's config is unknown)."""
-        from drills.lint import lint_stack
 
         attach = attach_of(self.scenario, self.options)
         source = self.options.stack_config

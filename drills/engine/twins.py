@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import yaml
 
 from drills.common.errors import InputError
 from drills.common.yamlsrc import YamlDocument, format_path
@@ -38,6 +39,9 @@ from drills.model.faults import KubernetesFault
 from drills.model.journal import Journal
 from drills.model.scenario import Attach, Scenario
 from drills.model.twins import Twin, twin_litellm, twin_profile
+from stack.config import load_stack_config
+from stack.litellm import running, with_model_list
+from stack.state import default_state_dir
 
 __all__ = ["TwinPlan", "in_twin_cluster", "pick_twins", "run_twin", "twin_outcome"]
 
@@ -166,11 +170,6 @@ def _litellm(
 ) -> Iterator[tuple[RunOptions, str]]:
     """LiteLLM started with the twin's config in front of the drill's stack, in place of
     the drill's gateway."""
-    import yaml
-
-    from stack.config import load_stack_config
-    from stack.litellm import running, with_model_list
-    from stack.state import default_state_dir
 
     path = twin_litellm(twin, doc)
     assert path is not None

@@ -39,6 +39,7 @@ from drills.common.jsonl import read_jsonl
 from drills.common.system import start_time, stop_helper
 from drills.engine.faults import RETRY
 from drills.engine.ledger import CorruptLedger, Ledger
+from injectors.base import revert_entry
 
 __all__ = ["Watchdog", "main"]
 
@@ -151,7 +152,6 @@ class _Watch:
         return {k: e for k, e in found.items() if k.startswith(f"{self.run_id}-")}
 
     def revert(self, key: str, entry: dict[str, Any], why: str) -> bool:
-        from injectors.base import revert_entry
 
         attempts: list[dict[str, Any]] = []
         try:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     hops, control = _parse(sys.argv[1:] if argv is None else argv)
     with contextlib.suppress(ImportError):
+        # Imported here: uvloop is optional; the standard event loop serves without it.
         import uvloop
 
         uvloop.install()

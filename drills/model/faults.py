@@ -387,6 +387,8 @@ BUILTIN_FAULTS: tuple[type[FaultSpec], ...] = (
 def fault_models() -> tuple[type[FaultSpec], ...]:
     """Every fault model a scenario may use: the built-in ones and those of the injectors that
     plugins register (``injectors.base.plugin_specs``)."""
+    # Imported here: the injectors build on this model, so it reaches their registry only
+    # when asked (at the top this would be an import cycle).
     from injectors.base import plugin_specs
 
     extra = [m for m in plugin_specs() if isinstance(m, type) and issubclass(m, FaultSpec)]
@@ -405,6 +407,7 @@ def _validate_fault(value: Any) -> FaultSpec:
     if isinstance(value, FaultSpec):
         return value
     if isinstance(value, dict) and isinstance(value.get("kind"), str):
+        # Imported here: as in fault_models, the injectors build on this model.
         from injectors.base import plugin_problem
 
         problem = plugin_problem(value["kind"])

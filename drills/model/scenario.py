@@ -58,6 +58,7 @@ from drills.model.twins import (
     twin_profile,
     twin_rules,
 )
+from stack.config import load_stack_config
 
 __all__ = [
     "BUILTIN_FAULTS",
@@ -635,7 +636,6 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
     """Each profile twin exists, and has every hop and component the drill's faults target
     except those its ``absent`` lists (and none of those): ``ConfigError`` located at the
     twin, before any stack is started."""
-    from stack.config import load_stack_config
 
     problems: list[str] = []
     targets = {f.target for p in scenario.phases for f in p.inject}
@@ -688,7 +688,6 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
 def check_profile(scenario: Scenario, doc: YamlDocument | None, profile: str) -> None:
     """Refuse faults on hops or components that the stack profile ``profile`` does not have,
     before any stack is started (``ConfigError`` located in the scenario file)."""
-    from stack.config import load_stack_config
 
     try:
         config = load_stack_config(profile)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field, field_validator, model_validator
 
 from drills.common.yamlsrc import YamlDocument, format_path
@@ -192,7 +193,6 @@ def twin_litellm(twin: Twin, doc: YamlDocument | None) -> Path | None:
 
 
 def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-    import yaml
 
     where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
     path = (doc.path.parent if doc is not None else Path.cwd()) / value
@@ -220,7 +220,6 @@ def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
 
 
 def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-    import yaml
 
     where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
     path = (doc.path.parent if doc is not None else Path.cwd()) / value

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from drills.common.prometheus import parse_samples
+from injectors.gpu import GpuUnavailable, gpu_samples, nvml_status
 
 __all__ = ["Prober"]
 
@@ -39,8 +40,6 @@ class Prober:
         self.gpu: dict[str, Any] | None = None
         """With ``gpu``: NVML's status (``available``, devices or the reason it is not)."""
         if gpu:
-            from injectors.gpu import nvml_status
-
             self.gpu = nvml_status()
             if not self.gpu["available"]:
                 logger.warning("GPU telemetry unavailable: %s", self.gpu["reason"])
@@ -76,8 +75,6 @@ class Prober:
                 result["ended"] = time.time()
             self.results.append(result)
         if self.gpu is not None and self.gpu["available"]:
-            from injectors.gpu import GpuUnavailable, gpu_samples
-
             started = time.time()
             try:
                 self.results.append({"time": started, "source": "gpu", "samples": gpu_samples()})

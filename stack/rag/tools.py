@@ -341,6 +341,7 @@ def main() -> None:
         raise SystemExit(f"{args.config}: the stack has no 'rag' section, so no tool server")
     server, _, _ = build_server(stack, Path(args.state_dir))
     app = server.streamable_http_app(stateless_http=True, json_response=True, host=stack.host)
+    # Imported here: the server only when the tool server is run, not when its parts are read.
     import uvicorn
 
     uvicorn.run(
