@@ -192,25 +192,32 @@ def twin_litellm(twin: Twin, doc: YamlDocument | None) -> Path | None:
     return base / twin.litellm
 
 
-def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-
+def _read_yaml(value: str, doc: YamlDocument | None, loc: Loc, what: str) -> tuple[Any, list[str]]:
+    """The YAML file ``value`` names (relative to the scenario file), or the problem of
+    reading it, located at ``loc``; ``what`` names the kind of file in the problem."""
     where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
     path = (doc.path.parent if doc is not None else Path.cwd()) / value
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text()), []
     except OSError as exc:
-        return [
-            f"{where}{format_path(loc)}: cannot read the LiteLLM config {path}: "
-            f"{exc.strerror} (got {value!r})"
+        return None, [
+            f"{where}{format_path(loc)}: cannot read the {what} {path}: {exc.strerror} "
+            f"(got {value!r})"
         ]
     except yaml.YAMLError as exc:
-        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
-    if not isinstance(data, dict):
-        return [
-            f"{where}{format_path(loc)}: {path}: a LiteLLM config is a mapping "
-            f"(model_list, router_settings, litellm_settings, ...) (got {value!r})"
-        ]
-    return []
+        return None, [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
+
+
+def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
+    data, problems = _read_yaml(value, doc, loc, "LiteLLM config")
+    if problems or isinstance(data, dict):
+        return problems
+    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
+    path = (doc.path.parent if doc is not None else Path.cwd()) / value
+    return [
+        f"{where}{format_path(loc)}: {path}: a LiteLLM config is a mapping "
+        f"(model_list, router_settings, litellm_settings, ...) (got {value!r})"
+    ]
 
 
 def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
@@ -220,24 +227,15 @@ def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
 
 
 def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]:
-
+    data, problems = _read_yaml(value, doc, loc, "rules file")
+    if problems or (isinstance(data, dict) and isinstance(data.get("groups"), list)):
+        return problems
     where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
     path = (doc.path.parent if doc is not None else Path.cwd()) / value
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        return [
-            f"{where}{format_path(loc)}: cannot read the rules file {path}: {exc.strerror} "
-            f"(got {value!r})"
-        ]
-    except yaml.YAMLError as exc:
-        return [f"{where}{format_path(loc)}: {path} is not YAML: {exc} (got {value!r})"]
-    if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
-        return [
-            f"{where}{format_path(loc)}: {path}: a Prometheus rules file is a mapping with "
-            f"'groups' (a list of rule groups) (got {value!r})"
-        ]
-    return []
+    return [
+        f"{where}{format_path(loc)}: {path}: a Prometheus rules file is a mapping with "
+        f"'groups' (a list of rule groups) (got {value!r})"
+    ]
 
 
 def twin_file_problems(i: int, twin: Twin, doc: YamlDocument | None) -> list[str]:
