@@ -20,19 +20,12 @@ import yaml
 from stack import control
 from stack.litellm import litellm_config, start, wait_ready
 from tests.conftest import RunningStack, drills_cli, free_port, isolated_env, processes_naming
-from tests.helpers import drill_account, shortened, twin_account
+from tests.helpers import drill_account, twin_account
 
 pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 DRILLS = ROOT / "scenarios" / "litellm"
-# The test-sized phases of each drill. latency-one-replica keeps its 15 s recovery: its error
-# bound there (0.05) over the 15-30 answers of an 8 s recovery would fail on one stray error.
-SIZED = {
-    "stream-cut": {"baseline": "8s", "recovery": "8s"},
-    "replica-killed": {"baseline": "8s", "recovery": "8s"},
-    "latency-one-replica": {"baseline": "8s"},
-}
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +64,11 @@ def drill(
     toxiproxy: bool = True,
 ) -> tuple[int, dict[str, Any], str]:
     """Run ``scenarios/litellm/NAME.yaml`` attached to ``gateway`` (and the stack's Toxiproxy
-    unless ``toxiproxy`` is false); exit code, journal, stderr.
-
-    The drill runs as shipped but for the phases of SIZED, 8 s rather than 15 s: no check
-    bounds a time inside them, and their rate bounds fail on a single bad answer however many
-    there are. The fault phases, which the cooldown bounds are measured in, are kept."""
-    sized = shortened(DRILLS / f"{name}.yaml", tmp_path, **SIZED[name])
+    unless ``toxiproxy`` is false); exit code, journal, stderr."""
     out = subprocess.run(
         drills_cli(
             "run",
-            str(sized),
+            str(DRILLS / f"{name}.yaml"),
             *stack.attach_args(gateway, toxiproxy),
             "--adapter",
             adapter,
