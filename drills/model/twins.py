@@ -212,12 +212,19 @@ def _litellm_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[st
     data, problems = _read_yaml(value, doc, loc, "LiteLLM config")
     if problems or isinstance(data, dict):
         return problems
+    return _shape_problem(
+        value,
+        doc,
+        loc,
+        "a LiteLLM config is a mapping (model_list, router_settings, litellm_settings, ...)",
+    )
+
+
+def _shape_problem(value: str, doc: YamlDocument | None, loc: Loc, shape: str) -> list[str]:
+    """The file ``value`` names is YAML but not of the ``shape`` it must have."""
     where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
     path = (doc.path.parent if doc is not None else Path.cwd()) / value
-    return [
-        f"{where}{format_path(loc)}: {path}: a LiteLLM config is a mapping "
-        f"(model_list, router_settings, litellm_settings, ...) (got {value!r})"
-    ]
+    return [f"{where}{format_path(loc)}: {path}: {shape} (got {value!r})"]
 
 
 def twin_rules(twin: Twin, doc: YamlDocument | None) -> list[Path]:
@@ -230,12 +237,12 @@ def _rules_problems(value: str, doc: YamlDocument | None, loc: Loc) -> list[str]
     data, problems = _read_yaml(value, doc, loc, "rules file")
     if problems or (isinstance(data, dict) and isinstance(data.get("groups"), list)):
         return problems
-    where = f"{doc.path}:{doc.line_of(loc)} " if doc else ""
-    path = (doc.path.parent if doc is not None else Path.cwd()) / value
-    return [
-        f"{where}{format_path(loc)}: {path}: a Prometheus rules file is a mapping with "
-        f"'groups' (a list of rule groups) (got {value!r})"
-    ]
+    return _shape_problem(
+        value,
+        doc,
+        loc,
+        "a Prometheus rules file is a mapping with 'groups' (a list of rule groups)",
+    )
 
 
 def twin_file_problems(i: int, twin: Twin, doc: YamlDocument | None) -> list[str]:
