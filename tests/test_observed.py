@@ -305,6 +305,32 @@ def test_the_gateways_own_count_of_model_calls_is_shown_beside_the_hops() -> Non
     assert lies.disagrees and "the gateway's claim disagrees" in lies.reason
 
 
+def test_an_honest_count_is_held_to_the_attempts_that_ended_between_its_scrapes() -> None:
+    # Streams take 1.6 s: four attempts at vllm-0 that arrived in the baseline end after the
+    # last scrape before the window, and the gateway counts an attempt when it ends. Its
+    # scrapes fall 0.8 s before the window opens and 0.2 s before it closes. An honest count of
+    # what ended between those scrapes is not a lie, however many arrived in the window (12);
+    # a count of half is.
+    records = [attempt(i, "vllm-0", 8.0 + i * 0.5, took=1.6) for i in range(4)]
+    records += [attempt(4 + i, "vllm-0", 10.0 + i * 0.8, took=0.3) for i in range(12)]
+
+    def counted(share: float) -> list[Probe]:
+        return [
+            upstream_attempts(
+                at, ok=share * sum(1 for r in records if r.ended_at and r.ended_at <= T0 + at)
+            )
+            for at in (7.2, 8.2, 9.2, 10.2, 11.2, 12.2, 13.2, 14.2, 15.2, 16.2, 17.2, 18.2, 19.8)
+        ]
+
+    check = Check(check="retry_amplification", target="vllm-0", during="fault", below=2.5)
+    [honest] = evaluate(evaluation(records, counted(1.0)), [check])
+    assert "12 attempts reached vllm-0" in honest.reason, honest.reason
+    assert honest.claim == "the gateway counted 16 attempts (0.80 per request)", honest.claim
+    assert not honest.disagrees, honest.reason
+    [lies] = evaluate(evaluation(records, counted(0.5)), [check])
+    assert lies.disagrees and "the gateway's claim disagrees" in lies.reason
+
+
 def test_the_gateways_breaker_probes_are_not_model_calls_in_its_claim() -> None:
     # The gateway probes an open breaker with GET /health and counts it as an attempt
     # (outcome probe_ok/probe_failed); the hop counts model calls only: so must the claim.

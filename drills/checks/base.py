@@ -33,6 +33,7 @@ __all__ = [
     "applied_faults",
     "conclusive",
     "counter_increase",
+    "counter_span",
     "expected_text",
     "formatted",
     "increase_of",
@@ -231,6 +232,21 @@ def counter_increase(
     """How much a counter (summed over the series ``match`` selects) grew over
     ``[start, end]``, from the scrapes of ``source``; ``None`` when no scrape of it succeeded
     inside the window. A series not yet exported counts as 0 (counters appear on first use)."""
+    span = counter_span(ev, source, metric, match, start, end)
+    return None if span is None else span[0]
+
+
+def counter_span(
+    ev: Evaluation,
+    source: str,
+    metric: str,
+    match: Callable[[dict[str, str]], bool],
+    start: float,
+    end: float,
+) -> tuple[float, float, float] | None:
+    """``counter_increase`` with the times it really spans: from the last scrape before
+    ``start`` (``start`` itself if none) to the last scrape inside the window. What the counter
+    counted between those two scrapes is what it reports, whatever fell in the window."""
     points: list[tuple[float, float]] = []
     for probe in ev.probes:
         if probe.source != source or probe.error:
@@ -245,4 +261,5 @@ def counter_increase(
     if not inside:
         return None
     before = [(t, v) for t, v in points if t < start]
-    return increase_of([before[-1] if before else (start, 0.0), *inside])
+    first = before[-1] if before else (start, 0.0)
+    return increase_of([first, *inside]), first[0], inside[-1][0]

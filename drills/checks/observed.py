@@ -64,6 +64,17 @@ def attempts(ev: Evaluation, hop: str | None, start: float, end: float) -> int:
     return sum(1 for r in model_calls(ev, hop) if start <= r.arrived_at < end)
 
 
+def ended(ev: Evaluation, hop: str | None, start: float, end: float) -> int:
+    """Attempts that ended in ``(start, end]`` (at ``hop``, or at every model hop): what a
+    gateway's counter with an outcome label counts over that span, since it counts an attempt
+    once its outcome is known. One the hop never saw end counts at its arrival."""
+    return sum(
+        1
+        for r in model_calls(ev, hop)
+        if start < (r.ended_at if r.ended_at is not None else r.arrived_at) <= end
+    )
+
+
 ALPHA = 0.05
 """The chance of an opening seen where a random router merely skipped a hop by luck."""
 

@@ -7,6 +7,7 @@ from drills.checks import observed
 from drills.checks.base import (
     Evaluation,
     counter_increase,
+    counter_span,
     expected_text,
     result,
 )
@@ -50,12 +51,12 @@ def _gateway_attempts(ev: Evaluation, hop: str | None, start: float, end: float)
 
 def _gateway_model_attempts(
     ev: Evaluation, hop: str | None, start: float, end: float
-) -> float | None:
+) -> tuple[float, float, float] | None:
     """The embedded gateway's own count of its model calls (its claim: the attempts it
-    started at ``hop``, or at every model upstream), ``None`` if it keeps none. Its breaker
-    probes (``probe_ok``/``probe_failed``: a ``GET /health``, not a model call) are left out,
-    as the hop's count of model calls leaves them out."""
-    return counter_increase(
+    finished at ``hop``, or at every model upstream) with the span its scrapes cover, ``None``
+    if it keeps none. Its breaker probes (``probe_ok``/``probe_failed``: a ``GET /health``, not
+    a model call) are left out, as the hop's count of model calls leaves them out."""
+    return counter_span(
         ev,
         "gateway",
         "drills_gateway_upstream_attempts_total",
@@ -83,13 +84,17 @@ def _observed_amplification(
         f"{ratio:.2f} per request"
         + ("" if outcome.passed else f", expected {expected_text(check, '')}")
     )
-    claimed = _gateway_model_attempts(ev, hop, start, end)
-    if claimed is not None:
+    counted = _gateway_model_attempts(ev, hop, start, end)
+    if counted is not None:
+        claimed, since, until = counted
         outcome.claim = (
             f"the gateway counted {claimed:g} attempts ({claimed / requests:.2f} per request)"
         )
-        # Requests straddling the window's edges make the two differ by a few; more is a lie.
-        outcome.disagrees = abs(claimed - seen) > max(2.0, 0.1 * seen)
+        # The gateway counts an attempt when it ends (by outcome), between two scrapes that
+        # need not fall on the window's edges: it is held to the attempts the hop saw end
+        # between the same two scrapes. Times read on two clocks differ by a few; more is a lie.
+        same_span = observed.ended(ev, hop, since, until)
+        outcome.disagrees = abs(claimed - same_span) > max(2.0, 0.1 * same_span)
         if outcome.disagrees:
             outcome.reason += f"; the gateway's claim disagrees: {outcome.claim}"
     return outcome
