@@ -339,12 +339,12 @@ class Check(_Model):
 
 
 class AbortCondition(_Model):
-    """Stop the drill early: ``error_rate`` or ``fallback_rate`` ``above`` a share of the
-    requests sent in the last ``for``; or ``answer_rate`` ``below`` answers per second in the
-    last ``for`` (a stack that stopped answering: frozen, not failing). Judged once the phases
-    have run ``for``. The share is of requests, not of time: requests that fail fast outnumber
-    the slow successes before them, so ``above: 0.95, for: 130s`` can fire well before 130 s
-    of errors (measured: 96 s into a one-replica outage, at 2 failures a second)."""
+    """Stop the drill early: ``error_rate`` or ``fallback_rate`` ``above`` a share for the
+    whole of the last ``for``, as an alert rule's ``for:`` holds (at every second of it, the
+    share of the requests that ended in the 10 s before that second; a second with none ended
+    is not judged); or ``answer_rate`` ``below`` answers per second in the last ``for`` (a
+    stack that stopped answering: frozen, not failing). Judged once the phases have run
+    ``for`` (``drills.engine.abort``)."""
 
     check: Literal["error_rate", "fallback_rate", "answer_rate"]
     above: float | None = Field(default=None, ge=0, le=1)
