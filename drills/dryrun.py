@@ -11,7 +11,6 @@ from typing import Any
 from drills.common.errors import InputError, SafetyViolation
 from drills.common.units import format_duration
 from drills.common.yamlsrc import YamlDocument
-from drills.engine.hardware import HARDWARE_KINDS
 from drills.engine.monitoring import needs_monitoring
 from drills.engine.options import RunOptions, attach_of, attach_urls
 from drills.engine.parts import needed_parts
@@ -26,15 +25,6 @@ from injectors.base import InjectionContext, build
 from stack.config import load_stack_config, parts_of
 
 __all__ = ["describe", "dry_run"]
-
-RESOLVED = {
-    "process": "the embedded stack's component of that name, at run time",
-    "docker": "containers matching the selector, at run time",
-    "kubernetes": "pods, nodes or deployments listed below (read from the cluster now)",
-    "tool": "the MCP tool of that name on the stack's tool server, flooded at run time",
-    "gpu": "the GPU of that index on this host, through NVML, at run time",
-    "hop": "the listener of that name on the stack's L7 hop (drills.hop), at run time",
-}
 
 
 def dry_run(
@@ -130,9 +120,9 @@ def _fault_plans(
     for w in fault_windows(scenario):
         spec = scenario.phases[w.phase].inject[w.index]
         would_hit: Any = None
-        if w.kind.startswith(("kubernetes.", "docker.")):
+        if spec.orchestrator is not None:
             would_hit = _preflight_hits(scenario, doc, policy, spec)
-        elif w.kind.startswith(HARDWARE_KINDS):
+        elif spec.hardware is not None:
             would_hit = _hardware_hits(spec)
         faults.append(
             {
@@ -140,8 +130,8 @@ def _fault_plans(
                 "kind": w.kind,
                 "target": w.target,
                 "hop": hops.get(w.target, {"resolved": "at run time, on the attached Toxiproxy"})
-                if w.kind.startswith("toxiproxy.")
-                else {"resolved": RESOLVED.get(w.kind.split(".", 1)[0], "at run time")},
+                if spec.on_toxiproxy
+                else {"resolved": spec.resolves},
                 "from": w.start,
                 "to": w.end,
                 "spec": spec.model_dump(mode="json", by_alias=True, exclude={"kind", "target"}),

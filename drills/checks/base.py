@@ -18,7 +18,7 @@ from drills.common.hop import HopRecord
 from drills.common.stats import CONFIDENCE, percentile
 from drills.model.check_families import families
 from drills.model.expect import Check, bound_value
-from drills.model.faults import KILL_KINDS
+from drills.model.faults import kills
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import CheckResult, FaultRecord, Page, Probe
@@ -218,7 +218,7 @@ def applied_at(fault: FaultRecord) -> float:
 
 
 def kill_faults(ev: Evaluation, target: str | None) -> list[FaultRecord]:
-    return [f for f in applied_faults(ev, target) if f.kind in KILL_KINDS]
+    return [f for f in applied_faults(ev, target) if kills(f.kind)]
 
 
 def counter_increase(

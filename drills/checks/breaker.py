@@ -19,6 +19,7 @@ from drills.checks.base import (
     result,
 )
 from drills.model.expect import Check
+from drills.model.faults import family_of
 from drills.model.gateways import BreakerSignal
 from drills.model.journal import CheckResult
 
@@ -62,7 +63,7 @@ def _opened_at(ev: Evaluation, signal: BreakerSignal, hop: str, applied: float) 
 def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     name = "breaker_opened_within"
     faults = applied_faults(ev, check.target) or [
-        f for f in applied_faults(ev) if not f.kind.startswith(("toxiproxy.", "hop."))
+        f for f in applied_faults(ev) if not _on_a_hop(f.kind)
     ]
     if not faults:
         return result(check, name, None, 0, f"no fault on {check.target} was applied")
@@ -204,3 +205,11 @@ def _openings(
         return len({v for _, v in points if start <= v <= end})
     opened = [v in signal.open_values for _, v in points]
     return sum(1 for a, b in zip([False, *opened], opened, strict=False) if b and not a)
+
+
+def _on_a_hop(kind: str) -> bool:
+    """Whether a fault of ``kind`` acts on a hop (Toxiproxy's or the L7 hop's), whose target
+    is the breaker's upstream itself: other faults (a killed container, a deleted pod) name
+    their target apart from it."""
+    family = family_of(kind)
+    return family is not None and (family.on_toxiproxy or family.on_hop)

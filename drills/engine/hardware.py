@@ -21,10 +21,7 @@ from drills.model.scenario import Attach, Scenario
 from injectors import InjectionContext, Preflight, build
 from reports import render_all
 
-__all__ = ["HARDWARE_KINDS", "refuse_without_hardware"]
-
-HARDWARE_KINDS = ("gpu.",)
-"""Fault kinds whose preflight asks the host for hardware (and reads nothing else)."""
+__all__ = ["refuse_without_hardware"]
 
 
 def refuse_without_hardware(
@@ -38,7 +35,7 @@ def refuse_without_hardware(
     after writing the refused run's journal and reports in ``run_dir``."""
     for window in fault_windows(scenario):
         fault = scenario.phases[window.phase].inject[window.index]
-        if not fault.kind.startswith(HARDWARE_KINDS):
+        if fault.hardware is None:  # its preflight asks the host for hardware, nothing else
             continue
         injector = build(fault, InjectionContext(run_id, ""), window.index)
         if not isinstance(injector, Preflight):

@@ -406,7 +406,7 @@ class Runner:
             scenario.duration + scenario.load.warmup,
             endpoints.adapter,
         )
-        gpu_faults = any(f.kind.startswith("gpu.") for p in scenario.phases for f in p.inject)
+        gpu_faults = any(f.hardware == "GPU" for p in scenario.phases for f in p.inject)
         prober = Prober(
             dict(endpoints.metrics),
             scenario.probe_interval,

@@ -50,6 +50,7 @@ from drills.common.redact import redact_url
 from drills.common.system import pid_alive, start_time, state_home
 from drills.common.units import Duration, format_duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_model
+from drills.model.faults import KubernetesFault, ToolSaturateFault
 
 __all__ = [
     "FaultWindow",
@@ -245,7 +246,7 @@ def _fault_problems(scenario: Any, policy: SafetyPolicy, where: _Where) -> list[
     scope = getattr(scenario, "kubernetes", None)
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
-            at = getattr(fault, "host", None) if fault.kind.startswith("docker.") else None
+            at = fault.daemon
             daemon = urlsplit(at).hostname if at and not at.startswith("unix:") else None
             if daemon is not None and not _matches(daemon, policy.allowed_hosts):
                 loc = ("phases", i, "inject", j, "host")
@@ -254,13 +255,14 @@ def _fault_problems(scenario: Any, policy: SafetyPolicy, where: _Where) -> list[
                     f"{daemon!r} is not allowed; allowed_hosts: "
                     f"{', '.join(policy.allowed_hosts)} ({policy.source})"
                 )
-            if fault.kind == "tool.saturate" and fault.concurrency > policy.max_tool_concurrency:
+            flood = isinstance(fault, ToolSaturateFault)
+            if flood and fault.concurrency > policy.max_tool_concurrency:
                 loc = ("phases", i, "inject", j, "concurrency")
                 problems.append(
                     f"{where(loc)}{format_path(loc)}: a flood of {fault.concurrency} concurrent "
                     f"calls; max_tool_concurrency is {policy.max_tool_concurrency}"
                 )
-            if not fault.kind.startswith("kubernetes."):
+            if not isinstance(fault, KubernetesFault):
                 continue
             loc = ("phases", i, "inject", j, "namespace")
             if policy.kubernetes_namespaces and fault.namespace not in policy.kubernetes_namespaces:

@@ -64,7 +64,7 @@ class StackReads:
             (i, j)
             for i, p in enumerate(self.scenario.phases)
             for j, f in enumerate(p.inject)
-            if f.kind.startswith("process.")
+            if f.on_stack_process
         ]
         if not process:
             return None

@@ -5,7 +5,7 @@ one of them, or a plugin's, by its ``kind``. Re-exported by ``drills.model.scena
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import (
     ConfigDict,
@@ -37,6 +37,36 @@ class FaultSpec(_Model):
     ``spec`` attribute of its injector (``injectors.base``), so that its faults validate, with
     file:line errors, exactly like the built-in ones."""
 
+    # What the family is, for the runner, validation, the dry run and the safety policy to ask
+    # (none of them names a kind). A plugin's family declares what applies to it; the defaults
+    # are what an unknown family gets.
+    kills: ClassVar[frozenset[str]] = frozenset()
+    """The kinds of this family that take their target away (a kill, a stop, a deleted pod):
+    what ``replacement_ready_within`` and the ``killed`` rule of a check's target look for."""
+    replaced: ClassVar[frozenset[str] | None] = None
+    """The kinds a phase with ``until: replaced`` can wait for: their injectors say during the
+    run when the target is back (``Recovers``). ``None``, a plugin's default: any of its
+    kinds, its injector tells at run time whether it can."""
+    on_toxiproxy: ClassVar[bool] = False
+    """Acts through Toxiproxy: an attached stack must name one (``stack.attach.toxiproxy``)."""
+    on_hop: ClassVar[bool] = False
+    """Acts through the harness's L7 hop (``drills.hop``)."""
+    on_stack_process: ClassVar[bool] = False
+    """Acts on a process of the embedded stack: the stack's state must be known."""
+    hardware: ClassVar[str | None] = None
+    """The hardware it needs (``"GPU"``): refused before the stack starts where there is none."""
+    orchestrator: ClassVar[str | None] = None
+    """The orchestrator it acts through (``"Docker"``, ``"Kubernetes"``): the dry run asks it
+    what the fault would hit."""
+    resolves: ClassVar[str] = "at run time"
+    """How its target is found, in the dry run's words."""
+
+    @property
+    def daemon(self) -> str | None:
+        """The remote daemon the fault acts through (a Docker host's URL), whose host the
+        safety policy's ``allowed_hosts`` must allow; ``None``: none, or a local one."""
+        return None
+
     kind: str
     target: str = Field(min_length=1)
     at: Duration = 0.0
@@ -61,6 +91,9 @@ class FaultSpec(_Model):
 
 class _ToxicBase(FaultSpec):
     """A Toxiproxy fault; ``target`` is the proxy (a hop of the stack: vllm-0, backup, ...)."""
+
+    on_toxiproxy = True
+    replaced = frozenset()
 
     stream: Literal["upstream", "downstream"] = "downstream"
     toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
@@ -151,6 +184,10 @@ class _HopFault(FaultSpec):
     model upstream: vllm-0, backup, ...). The rule's own fields come first in each subclass's
     bases, so that its ``kind`` is the one that counts."""
 
+    on_hop = True
+    replaced = frozenset()
+    resolves = "the listener of that name on the stack's L7 hop (drills.hop), at run time"
+
     def rule(self) -> dict[str, Any]:
         """What the hop's control API is sent (the rule's fields, in its units)."""
         fields = set(type(self).model_fields) - set(FaultSpec.model_fields) | {"kind"}
@@ -209,6 +246,11 @@ class ProcessKillFault(FaultSpec):
     replacement up; the window (``for``, or the rest of the phase) is the time the drill watches
     the stack carry on without it."""
 
+    kills = frozenset({"process.kill"})
+    replaced = frozenset({"process.kill"})
+    on_stack_process = True
+    resolves = "the embedded stack's component of that name, at run time"
+
     kind: Literal["process.kill"]
     signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
     grace: Duration = 10.0
@@ -219,29 +261,21 @@ class ProcessFreezeFault(FaultSpec):
     """Freeze a component (SIGSTOP on its process group): the hung worker that still holds its
     port and its connections. Thawed (SIGCONT) when the window ends."""
 
+    replaced = frozenset()
+    on_stack_process = True
+    resolves = "the embedded stack's component of that name, at run time"
+
     kind: Literal["process.freeze"]
-
-
-PROCESS_KINDS = ("process.kill", "process.freeze")
-KILL_KINDS = ("process.kill", "docker.kill", "docker.stop", "kubernetes.delete_pod")
-REPLACED_KINDS = ("process.kill", "docker.kill", "docker.restart", "kubernetes.delete_pod")
-"""The built-in kinds whose injectors say during the run when their target is back
-(``Recovers``), as a phase with ``until: replaced`` needs (a plugin's kind may too)."""
-BUILTIN_FAMILIES = ("toxiproxy", "hop", "process", "docker", "kubernetes", "gpu", "tool")
-
-
-def waits_for_replacement(kind: str) -> bool:
-    """Whether a phase with ``until: replaced`` waits for a fault of ``kind``: a built-in kill,
-    or a plugin's kind (whose injector says whether it can tell, ``Recovers``)."""
-    return kind in REPLACED_KINDS or kind.split(".")[0] not in BUILTIN_FAMILIES
-
-
-"""Faults whose target is replaced by the orchestrator (``replacement_ready_within``)."""
 
 
 class DockerFault(FaultSpec):
     """A fault on containers. ``target`` selects them: a container name, or
     ``label:KEY=VALUE[,KEY=VALUE]``; ``mode`` says how many of those matched are hit."""
+
+    kills = frozenset({"docker.kill", "docker.stop"})
+    replaced = frozenset({"docker.kill", "docker.restart"})
+    orchestrator = "Docker"
+    resolves = "containers matching the selector, at run time"
 
     kind: Literal[
         "docker.kill", "docker.stop", "docker.restart", "docker.pause", "docker.disconnect"
@@ -282,10 +316,18 @@ class DockerFault(FaultSpec):
             raise ValueError("'network' applies to docker.disconnect only")
         return self
 
+    @property
+    def daemon(self) -> str | None:
+        return self.host
+
 
 class GpuMemoryPressureFault(FaultSpec):
     """Hold ``share`` of GPU ``target``'s memory (a device index) for the window: the KV cache
     squeezed by another tenant. Released on revert."""
+
+    replaced = frozenset()
+    hardware = "GPU"
+    resolves = "the GPU of that index on this host, through NVML, at run time"
 
     kind: Literal["gpu.memory_pressure"]
     target: str = Field(pattern=r"^[0-9]+$")
@@ -295,6 +337,9 @@ class GpuMemoryPressureFault(FaultSpec):
 class ToolSaturateFault(FaultSpec):
     """Flood MCP tool ``target`` (``search_kb``, ...) with ``concurrency`` calls at once for the
     window, as another tenant's agents would; stopped on revert."""
+
+    replaced = frozenset()
+    resolves = "the MCP tool of that name on the stack's tool server, flooded at run time"
 
     kind: Literal["tool.saturate"]
     target: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
@@ -320,6 +365,11 @@ class KubernetesFault(FaultSpec):
     delete (``app=vllm,role=primary``), the node to cordon or drain, the deployment to scale.
     Namespaces and contexts must be allowed (the scenario's ``kubernetes`` section and the
     safety policy) before anything is called."""
+
+    kills = frozenset({"kubernetes.delete_pod"})
+    replaced = frozenset({"kubernetes.delete_pod"})
+    orchestrator = "Kubernetes"
+    resolves = "pods, nodes or deployments listed below (read from the cluster now)"
 
     kind: Literal[
         "kubernetes.delete_pod", "kubernetes.cordon", "kubernetes.drain", "kubernetes.scale"
@@ -419,3 +469,40 @@ def _validate_fault(value: Any) -> FaultSpec:
 
 Fault = Annotated[SerializeAsAny[FaultSpec], PlainValidator(_validate_fault)]
 """One fault of a phase: a model of ``fault_models()``, chosen by its ``kind``."""
+
+
+def kinds_of(model: type[FaultSpec]) -> tuple[str, ...]:
+    """The ``kind`` values a fault model accepts (its ``Literal``)."""
+    return tuple(str(k) for k in get_args(model.model_fields["kind"].annotation))
+
+
+def family_of(kind: str) -> type[FaultSpec] | None:
+    """The model of the family that ``kind`` belongs to (a built-in or a plugin's); ``None``
+    for a kind no family declares (then nothing is assumed of it)."""
+    for model in fault_models():
+        if kind in kinds_of(model):
+            return model
+    return None
+
+
+def kills(kind: str) -> bool:
+    """Whether a fault of ``kind`` takes its target away (``FaultSpec.kills``)."""
+    family = family_of(kind)
+    return family is not None and kind in family.kills
+
+
+def waits_for_replacement(kind: str) -> bool:
+    """Whether a phase with ``until: replaced`` can wait for a fault of ``kind``: one its
+    family declares (``FaultSpec.replaced``), or any kind of a family that leaves it to its
+    injector (``Recovers``)."""
+    family = family_of(kind)
+    if family is None:
+        return True  # a kind of no known family: its injector tells, or the run says why not
+    return family.replaced is None or kind in family.replaced
+
+
+def replaced_kinds() -> tuple[str, ...]:
+    """The built-in kinds a phase with ``until: replaced`` can wait for (for messages)."""
+    return tuple(
+        sorted(k for m in BUILTIN_FAULTS for k in kinds_of(m) if m.replaced and k in m.replaced)
+    )

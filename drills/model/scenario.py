@@ -34,13 +34,12 @@ from drills.model.expect import AbortCondition, Check, bound_value
 from drills.model.faults import (
     BUILTIN_FAULTS,
     HOP_FAULTS,
-    KILL_KINDS,
-    REPLACED_KINDS,
     Fault,
     FaultSpec,
     KubernetesFault,
     KubernetesScope,
     fault_models,
+    replaced_kinds,
     waits_for_replacement,
 )
 from drills.model.gateways import GatewayAdapter, merged
@@ -63,7 +62,6 @@ from stack.config import load_stack_config
 __all__ = [
     "BUILTIN_FAULTS",
     "HOP_FAULTS",
-    "REPLACED_KINDS",
     "AbortCondition",
     "Attach",
     "Check",
@@ -192,7 +190,7 @@ def toxiproxy_faults(scenario: Scenario) -> list[str]:
         f"phases[{p}].inject[{i}] ({fault.kind})"
         for p, phase in enumerate(scenario.phases)
         for i, fault in enumerate(phase.inject)
-        if fault.kind.startswith("toxiproxy.")
+        if fault.on_toxiproxy
     ]
 
 
@@ -335,7 +333,7 @@ class Scenario(_Model):
                 yield (
                     ("phases", i, "until"),
                     "the phase injects no kill fault whose replacement it could wait for; "
-                    f"'until: replaced' needs one of: {', '.join(REPLACED_KINDS)}",
+                    f"'until: replaced' needs one of: {', '.join(replaced_kinds())}",
                     phase.until,
                 )
             for j, fault in enumerate(phase.inject):
@@ -413,7 +411,7 @@ class Scenario(_Model):
         """Checks about a fault's target name one the drill has."""
         targets = {f.target for p in self.phases for f in p.inject}
         for i, check in enumerate(self.expect):
-            only_hops = all(f.kind.startswith("toxiproxy.") for p in self.phases for f in p.inject)
+            only_hops = all(f.on_toxiproxy for p in self.phases for f in p.inject)
             # With kill faults (a container, a pod) the breaker's upstream is named apart from
             # the fault's selector; the time counts from the first fault then.
             if check.check == "breaker_opened_within" and only_hops and check.target not in targets:
@@ -424,7 +422,7 @@ class Scenario(_Model):
                     check.target,
                 )
             if check.check == "replacement_ready_within":
-                kills = {f.target for p in self.phases for f in p.inject if f.kind in KILL_KINDS}
+                kills = {f.target for p in self.phases for f in p.inject if f.kind in f.kills}
                 if check.target not in kills:
                     yield (
                         ("expect", i, "target"),
@@ -544,10 +542,12 @@ class Scenario(_Model):
             yield from twin_label_problems(i, twin, labels)
 
 
-def _fault_locs(scenario: Scenario, family: str) -> Iterator[tuple[Loc, str]]:
+def _fault_locs(scenario: Scenario, acts_on: str) -> Iterator[tuple[Loc, str]]:
+    """Where the faults that act on ``acts_on`` (a trait of ``FaultSpec``: ``on_toxiproxy``,
+    ``on_hop``, ``on_stack_process``) name their targets."""
     for i, phase in enumerate(scenario.phases):
         for j, fault in enumerate(phase.inject):
-            if fault.kind.split(".", 1)[0] == family:
+            if getattr(fault, acts_on):
                 yield ("phases", i, "inject", j, "target"), fault.target
 
 
@@ -572,14 +572,14 @@ def check_targets(
             problems.append(
                 _not_in_stack(doc, loc, format_path(loc), "engine", check.source, engines)
             )
-    for family, names, what in (
-        ("toxiproxy", targets, "hop"),
-        ("process", components, "component"),
-        ("hop", l7_hops, "L7 hop"),
+    for acts_on, names, what in (
+        ("on_toxiproxy", targets, "hop"),
+        ("on_stack_process", components, "component"),
+        ("on_hop", l7_hops, "L7 hop"),
     ):
         if names is None:
             continue
-        for loc, target in _fault_locs(scenario, family):
+        for loc, target in _fault_locs(scenario, acts_on):
             if target not in names:
                 problems.append(_not_in_stack(doc, loc, format_path(loc), what, target, names))
     if problems:
@@ -660,12 +660,12 @@ def check_twin_profiles(scenario: Scenario, doc: YamlDocument | None) -> None:
             problems += [f"{where}{format_path(loc)}: {p}" for p in exc.problems]
             continue
         has = {
-            "toxiproxy": {u.name for u in [*config.upstreams, *config.rag_hops]},
-            "hop": {u.name for u in config.upstreams if u.hop_port is not None},
-            "process": set(config.component_names),
+            "on_toxiproxy": {u.name for u in [*config.upstreams, *config.rag_hops]},
+            "on_hop": {u.name for u in config.upstreams if u.hop_port is not None},
+            "on_stack_process": set(config.component_names),
         }
-        for family, names in has.items():
-            for floc, target in _fault_locs(scenario, family):
+        for acts_on, names in has.items():
+            for floc, target in _fault_locs(scenario, acts_on):
                 if target not in names and target not in twin.absent:
                     problems.append(
                         f"{where}{format_path(loc)}: profile {twin.profile!r} has no "

@@ -1,0 +1,107 @@
+"""Each fault family describes itself (``FaultSpec``'s traits): what it kills, what a phase may
+wait for, where it acts, the hardware and orchestrator it needs, how its target is found. The
+runner, validation, the dry run and the safety policy ask the family, not a kind's name; a
+plugin family that declares nothing keeps the behaviour a plugin always had."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from drills.model.faults import (
+    BUILTIN_FAULTS,
+    DockerFault,
+    FaultSpec,
+    family_of,
+    kills,
+    kinds_of,
+    replaced_kinds,
+    waits_for_replacement,
+)
+from injectors.base import known_kinds
+
+BUILTIN_KINDS = [k for m in BUILTIN_FAULTS for k in kinds_of(m)]
+
+
+def test_every_builtin_kind_has_one_family_and_an_injector() -> None:
+    assert len(BUILTIN_KINDS) == len(set(BUILTIN_KINDS))
+    for kind in BUILTIN_KINDS:
+        family = family_of(kind)
+        assert family is not None and kind in kinds_of(family)
+    assert set(BUILTIN_KINDS) <= set(known_kinds())
+
+
+def test_the_kills_are_the_faults_that_take_a_target_away() -> None:
+    assert sorted(k for k in BUILTIN_KINDS if kills(k)) == [
+        "docker.kill",
+        "docker.stop",
+        "kubernetes.delete_pod",
+        "process.kill",
+    ]
+    assert not kills("no.such_kind")
+
+
+def test_a_phase_waits_only_for_kinds_whose_injector_can_tell() -> None:
+    assert replaced_kinds() == (
+        "docker.kill",
+        "docker.restart",
+        "kubernetes.delete_pod",
+        "process.kill",
+    )
+    for kind in BUILTIN_KINDS:
+        assert waits_for_replacement(kind) == (kind in replaced_kinds()), kind
+    # docker.stop takes the container away and nothing brings it back by itself.
+    assert kills("docker.stop") and not waits_for_replacement("docker.stop")
+
+
+@pytest.mark.parametrize(
+    ("trait", "families"),
+    [
+        ("on_toxiproxy", {"toxiproxy"}),
+        ("on_hop", {"hop"}),
+        ("on_stack_process", {"process"}),
+    ],
+)
+def test_where_each_family_acts(trait: str, families: set[str]) -> None:
+    acting = {k.split(".")[0] for k in BUILTIN_KINDS if getattr(family_of(k), trait)}
+    assert acting == families
+
+
+def test_hardware_and_orchestrators() -> None:
+    assert {k for k in BUILTIN_KINDS if family_of(k).hardware} == {"gpu.memory_pressure"}  # type: ignore[union-attr]
+    orchestrated = {k.split(".")[0]: family_of(k).orchestrator for k in BUILTIN_KINDS}  # type: ignore[union-attr]
+    assert orchestrated["docker"] == "Docker" and orchestrated["kubernetes"] == "Kubernetes"
+    assert {v for k, v in orchestrated.items() if k not in ("docker", "kubernetes")} == {None}
+
+
+def test_every_builtin_family_says_how_its_target_is_found() -> None:
+    for kind in BUILTIN_KINDS:
+        family = family_of(kind)
+        assert family is not None
+        if not family.on_toxiproxy:  # the dry run reads Toxiproxy's hops itself
+            assert family.resolves != FaultSpec.resolves, kind
+
+
+def test_the_docker_daemon_is_the_familys_own_field() -> None:
+    remote = DockerFault.model_validate(
+        {"kind": "docker.kill", "target": "vllm-0", "host": "ssh://ops@gpu-host"}
+    )
+    assert remote.daemon == "ssh://ops@gpu-host"
+    assert DockerFault.model_validate({"kind": "docker.kill", "target": "x"}).daemon is None
+
+
+class CpuHogFault(FaultSpec):
+    """A plugin's family that declares no trait."""
+
+    kind: Literal["cpuhog.burn"]
+
+
+def test_a_plugin_family_that_declares_nothing_keeps_a_plugins_behaviour() -> None:
+    fault = CpuHogFault.model_validate({"kind": "cpuhog.burn", "target": "host"})
+    assert not fault.on_toxiproxy and not fault.on_hop and not fault.on_stack_process
+    assert fault.hardware is None and fault.orchestrator is None and fault.daemon is None
+    assert fault.resolves == "at run time" and fault.kills == frozenset()
+    # A phase may wait for it: its injector says at run time whether it can tell (Recovers).
+    assert fault.replaced is None
+    assert waits_for_replacement("cpuhog.burn")  # not registered: no family, nothing assumed
