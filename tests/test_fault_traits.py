@@ -5,10 +5,14 @@ plugin family that declares nothing keeps the behaviour a plugin always had."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import pytest
 
+from drills.common.errors import ConfigError
+from drills.model.check_families import BUILTIN as BUILTIN_CHECKS
+from drills.model.check_families import family_of as family_of_check
 from drills.model.faults import (
     BUILTIN_FAULTS,
     DockerFault,
@@ -19,6 +23,7 @@ from drills.model.faults import (
     replaced_kinds,
     waits_for_replacement,
 )
+from drills.model.scenario import load_scenario
 from injectors.base import known_kinds
 
 BUILTIN_KINDS = [k for m in BUILTIN_FAULTS for k in kinds_of(m)]
@@ -105,3 +110,68 @@ def test_a_plugin_family_that_declares_nothing_keeps_a_plugins_behaviour() -> No
     # A phase may wait for it: its injector says at run time whether it can tell (Recovers).
     assert fault.replaced is None
     assert waits_for_replacement("cpuhog.burn")  # not registered: no family, nothing assumed
+
+
+TINY = Path(__file__).resolve().parent / "scenarios" / "tiny.yaml"
+
+
+def with_checks(tmp_path: Path, checks: list[str], faults: list[str] | None = None) -> Path:
+    """tests/scenarios/tiny.yaml with ``checks`` (YAML flow mappings) in place of its own, and
+    ``faults`` in place of its fault phase's."""
+    text = TINY.read_text().replace("../../scenarios/", str(TINY.parents[2] / "scenarios") + "/")
+    head, _, _ = text.partition("expect:\n")
+    if faults is not None:
+        old = "      - {kind: toxiproxy.latency, target: vllm-0, latency: 200ms}\n"
+        head = head.replace(old, "".join(f"      - {f}\n" for f in faults))
+    path = tmp_path / "drill.yaml"
+    path.write_text(head + "expect:\n" + "".join(f"  - {c}\n" for c in checks))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("check", "faults", "message"),
+    [
+        (
+            "{check: breaker_opened_within, target: vllm-1, below: 10s}",
+            None,
+            "expect[0].target: no fault of the drill targets it; expected one of: vllm-0",
+        ),
+        (
+            "{check: replacement_ready_within, target: vllm-0, below: 60s}",
+            None,
+            "expect[0].target: no kill fault of the drill targets it; expected one of: "
+            "(no kill faults)",
+        ),
+        (
+            "{check: replacement_ready_within, target: vllm-1, below: 60s}",
+            ["{kind: process.kill, target: vllm-0}"],
+            "expect[0].target: no kill fault of the drill targets it; expected one of: vllm-0",
+        ),
+    ],
+)
+def test_a_check_family_says_what_its_target_needs(
+    tmp_path: Path, check: str, faults: list[str] | None, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_scenario(with_checks(tmp_path, [check], faults))
+    assert any(message in p for p in refused.value.problems), refused.value.problems
+
+
+def test_a_breaker_may_be_named_apart_from_a_kill_faults_selector(tmp_path: Path) -> None:
+    path = with_checks(
+        tmp_path,
+        ["{check: breaker_opened_within, target: vllm-1, below: 10s}"],
+        ["{kind: docker.kill, target: 'label:drills.replica=vllm-1'}"],
+    )
+    scenario, _ = load_scenario(path)
+    assert family_of_check("breaker_opened_within").target_rule == "faulted_hop"  # type: ignore[union-attr]
+    assert scenario.expect[0].target == "vllm-1"
+
+
+def test_the_target_rules_of_the_builtin_families() -> None:
+    rules = {f.family: f.target_rule for f in BUILTIN_CHECKS if f.target_rule}
+    assert rules == {
+        "breaker_opened_within": "faulted_hop",
+        "replacement_ready_within": "killed",
+        "recovered_within": "any_fault",
+    }

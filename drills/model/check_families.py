@@ -69,6 +69,12 @@ class CheckFamily:
     needs_bound: bool = True
     fields: tuple[str, ...] = ()
     """Fields this family requires besides a bound (``source``, ``metric``)."""
+    target_rule: Literal["faulted_hop", "killed", "any_fault"] | None = None
+    """What the drill must inject for a check of this family to have something to judge,
+    refused at the check's line otherwise: ``faulted_hop``, a fault on its ``target`` when
+    every fault is on a Toxiproxy hop (a kill names its container or pod apart from the
+    breaker's upstream); ``killed``, a fault that takes its ``target`` away
+    (``FaultSpec.kills``); ``any_fault``, a fault of any kind."""
     worse: Literal["higher", "lower"] | None = None
     """Which way of its value is worse, where every check of the family agrees (latency:
     higher); a relative bound (``not_worse_than``) uses it when the check has no bound to say.
@@ -174,10 +180,22 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("alert_resolved_within", "alerts", "duration", needs_bound=False, fields=("alert",)),
     _builtin("alert_quiet", "alerts", "count", needs_bound=False),
     _builtin("alert_runbook", "alert_runbook", "count", needs_bound=False),
-    _builtin("breaker_opened_within", "breaker", "duration", needs_target=True, only_below=True),
-    _builtin("recovered_within", "recovery", "duration", only_below=True),
     _builtin(
-        "replacement_ready_within", "replacement", "duration", needs_target=True, only_below=True
+        "breaker_opened_within",
+        "breaker",
+        "duration",
+        needs_target=True,
+        only_below=True,
+        target_rule="faulted_hop",
+    ),
+    _builtin("recovered_within", "recovery", "duration", only_below=True, target_rule="any_fault"),
+    _builtin(
+        "replacement_ready_within",
+        "replacement",
+        "duration",
+        needs_target=True,
+        only_below=True,
+        target_rule="killed",
     ),
     _builtin("requests_lost", "replacement", "count", only_below=True),
     _builtin(

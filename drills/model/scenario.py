@@ -29,6 +29,7 @@ from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
 from drills.model.check_families import (
     ALERT_FAMILIES,
+    family_of,
 )
 from drills.model.expect import AbortCondition, Check, bound_value
 from drills.model.faults import (
@@ -410,18 +411,20 @@ class Scenario(_Model):
     def _target_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Checks about a fault's target name one the drill has."""
         targets = {f.target for p in self.phases for f in p.inject}
+        only_hops = all(f.on_toxiproxy for p in self.phases for f in p.inject)
         for i, check in enumerate(self.expect):
-            only_hops = all(f.on_toxiproxy for p in self.phases for f in p.inject)
+            family = family_of(check.check)
+            rule = family.target_rule if family is not None else None
             # With kill faults (a container, a pod) the breaker's upstream is named apart from
             # the fault's selector; the time counts from the first fault then.
-            if check.check == "breaker_opened_within" and only_hops and check.target not in targets:
+            if rule == "faulted_hop" and only_hops and check.target not in targets:
                 yield (
                     ("expect", i, "target"),
                     "no fault of the drill targets it; expected one of: "
                     + (", ".join(sorted(targets)) or "(no faults)"),
                     check.target,
                 )
-            if check.check == "replacement_ready_within":
+            if rule == "killed":
                 kills = {f.target for p in self.phases for f in p.inject if f.kind in f.kills}
                 if check.target not in kills:
                     yield (
@@ -430,7 +433,7 @@ class Scenario(_Model):
                         + (", ".join(sorted(kills)) or "(no kill faults)"),
                         check.target,
                     )
-            if check.check == "recovered_within" and not targets:
+            if rule == "any_fault" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
 
     def _group_problems(self) -> Iterator[tuple[Loc, str, Any]]:
