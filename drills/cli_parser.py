@@ -349,6 +349,14 @@ def _history_args(parser: argparse.ArgumentParser) -> None:
         "none (default: $DRILLS_HISTORY or ~/.local/state/drills/history.sqlite); "
         "`drills history DRILL` reads it",
     )
+    parser.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="send the run as an OpenTelemetry trace to this OTLP/HTTP receiver (a base URL, "
+        "e.g. http://collector:4318, or its /v1/traces URL; default: "
+        "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT, else none); "
+        "headers from $OTEL_EXPORTER_OTLP_HEADERS",
+    )
 
 
 def _confidence_args(parser: argparse.ArgumentParser) -> None:

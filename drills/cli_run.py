@@ -112,7 +112,24 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         confidence=getattr(args, "confidence", CONFIDENCE),
         label=getattr(args, "label", None),
         history=history,
+        otlp=otlp_flag(getattr(args, "otlp", None)),
     )
+
+
+def otlp_flag(url: str | None) -> Any:
+    """Where the run's trace goes (``--otlp URL``, else the OpenTelemetry environment
+    variables); bad input if that is not an http(s):// URL."""
+    from drills.engine.tracing import otlp_target
+
+    target = otlp_target(url)
+    given = url if url else (target.endpoint if target else "")
+    if target is not None and not given.startswith(("http://", "https://")):
+        where = "--otlp" if url else "$OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT"
+        raise InputError(
+            f"{where}: {given!r} is not an http(s):// URL; drills sends traces over OTLP/HTTP "
+            "(e.g. http://collector:4318)"
+        )
+    return target
 
 
 def endpoint_flag(flag: str, url: str | None) -> Any:

@@ -70,6 +70,16 @@ def _detection_lines(journal: Journal) -> list[str]:
     return lines
 
 
+def _trace_lines(journal: Journal) -> list[str]:
+    """Where the run's OpenTelemetry trace went (nothing when none was sent)."""
+    trace = journal.trace
+    if trace is None:
+        return []
+    if trace.exported:
+        return ["", f"Trace `{trace.trace_id}` ({trace.spans} spans) sent to `{trace.endpoint}`"]
+    return ["", f"The trace was not sent to `{trace.endpoint}`: {md_cell(trace.reason or '')}"]
+
+
 def _page_lines(journal: Journal) -> list[str]:
     """The pages the pager received, as a table (nothing when no pager ran)."""
     if journal.pages is None:
@@ -118,8 +128,7 @@ def render_markdown(journal: Journal, out_dir: Path) -> str:
             f"{md_cell(_observed(check))} | {result} |"
         )
     lines += [*_page_lines(journal), *_detection_lines(journal), *_history_lines(journal)]
-    if journal.load is not None:
-        lines += ["", *load_lines(journal)]
+    lines += [*_trace_lines(journal), *(["", *load_lines(journal)] if journal.load else [])]
     counted = windows(journal)
     if any(row["straddling"] for row in counted):
         lines += ["", "Straddling requests (counted where they met a fault, else where sent):"]

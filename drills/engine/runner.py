@@ -83,6 +83,7 @@ from drills.engine.safety import (
 )
 from drills.engine.sharing import beside, running_host
 from drills.engine.stack_reads import StackReads
+from drills.engine.tracing import export_trace
 from drills.engine.twin_plan import twin_outcome
 from drills.engine.watchdog import Watchdog
 from drills.load import LoadProcess, RecordReader, load_prompts
@@ -565,6 +566,16 @@ class Runner:
         journal = keep(journal, self.options.history)
         if journal.history is not None and not journal.history.written:
             self._say(f"the run history was not written: {journal.history.reason}", "warning")
+        if self.options.otlp is not None:
+            journal = export_trace(journal, self.options.otlp)
+            assert journal.trace is not None
+            if journal.trace.exported:
+                self._say(
+                    f"trace {journal.trace.trace_id} ({journal.trace.spans} spans) sent to "
+                    f"{journal.trace.endpoint}"
+                )
+            else:
+                self._say(f"the trace was not sent: {journal.trace.reason}", "warning")
         journal.write(run_dir / "journal.json")
 
         render_all(journal, run_dir)

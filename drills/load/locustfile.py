@@ -46,6 +46,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
+from drills.common.tracecontext import new_traceparent
 from drills.load.arrivals import gaps, weighted_cycle
 from drills.load.fleet import Fleet, Sink, serve_worker, write_json
 from drills.model.gateways import served_by
@@ -320,8 +321,8 @@ class Sender:
         attempt: int | None = None,
     ) -> dict[str, Any]:
         """One JSON request, timed whole; its record (written)."""
-        trace_id = secrets.token_hex(16)
-        headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        trace_id, traceparent = new_traceparent()
+        headers = {**HEADERS, "traceparent": traceparent}
         record = _new_record(trace_id, endpoint, lag)
         record.update(prompt=prompt, task_id=body.get("task_id"), attempt=attempt)
         record["workflow"] = body.get("workflow")
@@ -379,8 +380,8 @@ class Sender:
                 body["stream_options"] = {"include_usage": True}
         if CONFIG.get("model"):
             body["model"] = CONFIG["model"]
-        trace_id = secrets.token_hex(16)
-        headers = {**HEADERS, "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        trace_id, traceparent = new_traceparent()
+        headers = {**HEADERS, "traceparent": traceparent}
         record = _new_record(trace_id, "chat", lag)
         started = time.perf_counter()
         try:

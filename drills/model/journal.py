@@ -64,6 +64,7 @@ __all__ = [
     "Sample",
     "StackInfo",
     "TimelineEvent",
+    "TraceExport",
     "TwinOutcome",
 ]
 
@@ -461,6 +462,22 @@ class RunHistory(_Model):
     previous: list[PastRun] = Field(default_factory=list)
 
 
+class TraceExport(_Model):
+    """The run as one OpenTelemetry trace on the team's tracing backend
+    (``drills.engine.tracing``)."""
+
+    endpoint: str
+    """The OTLP/HTTP traces URL it was sent to (credentials masked)."""
+    trace_id: str
+    """The drill's trace id (32 hex digits): what to search the backend for."""
+    spans: int
+    """Spans in it: the drill, its phases, its faults and (up to a cap) its requests."""
+    exported: bool
+    """Whether the receiver took every span. ``False`` with ``reason``: the run, its journal
+    and its reports are complete all the same."""
+    reason: str | None = None
+
+
 class Journal(_Model):
     format: Literal[3] = 3
     drill: str
@@ -509,6 +526,8 @@ class Journal(_Model):
     run_dir: str
     label: str | None = None
     """What this run is of, as the team names it (``--label``: a release, a git sha)."""
+    trace: TraceExport | None = None
+    """The run as an OpenTelemetry trace, when one was exported (``--otlp``)."""
     history: RunHistory | None = None
     """The run history's account of this run and the ones before it (``None``: the history
     is off, ``--history none``)."""
