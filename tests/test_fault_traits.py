@@ -13,6 +13,7 @@ import pytest
 from drills.common.errors import ConfigError
 from drills.model.check_families import BUILTIN as BUILTIN_CHECKS
 from drills.model.check_families import family_of as family_of_check
+from drills.model.check_families import parts_of, reads
 from drills.model.faults import (
     BUILTIN_FAULTS,
     DockerFault,
@@ -175,3 +176,32 @@ def test_the_target_rules_of_the_builtin_families() -> None:
         "replacement_ready_within": "killed",
         "recovered_within": "any_fault",
     }
+
+
+def test_what_each_check_family_reads_and_the_parts_it_needs() -> None:
+    read = {what: sorted(f.family for f in BUILTIN_CHECKS if what in f.reads) for what in (
+        "monitoring", "engine_metrics", "agent_tasks", "recall_probe")}  # fmt: skip
+    assert read == {
+        "monitoring": sorted(
+            [
+                "promql",
+                "alert_fired",
+                "alert_paged",
+                "alert_resolved_within",
+                "alert_quiet",
+                "alert_runbook",
+            ]
+        ),
+        "engine_metrics": ["engine", "engine_kv_cache"],
+        "agent_tasks": sorted(
+            ["tasks_unfinished", "tasks_resumed", "tasks_duplicate_effects", "tasks_answer_changed"]
+        ),
+        "recall_probe": ["retrieval_recall"],
+    }
+    assert reads("engine.requests.abort", "engine_metrics") and not reads("e2e.p99", "monitoring")
+    assert sorted(f.family for f in BUILTIN_CHECKS if "rag" in f.parts) == [
+        "missing_context_share",
+        "retrieval_recall",
+        "tool_timeouts",
+    ]
+    assert parts_of("no_such_check") == frozenset()

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from drills.model.check_families import parts_of
 from drills.model.faults import ToolSaturateFault
 from drills.model.scenario import Scenario
 from stack.config import StackConfig
 
-__all__ = ["RAG_CHECKS", "needed_parts"]
-
-RAG_CHECKS = frozenset({"missing_context_share", "retrieval_recall", "tool_timeouts"})
-"""Checks that only the retrieval and agent path can answer (``retry_amplification`` needs it
-for a retrieval or tool target only: at the model hops it is the engines' part)."""
+__all__ = ["needed_parts"]
 
 
 def needed_parts(scenarios: Iterable[Scenario], config: StackConfig) -> dict[str, str]:
@@ -58,7 +55,9 @@ def _rag_reason(scenario: Scenario, names: set[str]) -> str | None:
             if fault.target in names:
                 return f"{where} ({fault.kind}) targets {fault.target}"
     for i, check in enumerate(scenario.expect):
-        if check.check in RAG_CHECKS:
+        # retry_amplification needs it for a retrieval or tool target only (below): at the
+        # model hops it is the engines' part.
+        if "rag" in parts_of(check.check):
             return f"expect[{i}] is a {check.check} check"
         for field in ("target", "source"):
             value = getattr(check, field)

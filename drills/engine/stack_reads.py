@@ -20,6 +20,7 @@ from drills.common.yamlsrc import YamlDocument
 from drills.engine.chain import ChainState, read_chain
 from drills.engine.options import RunOptions, StackEndpoints, attach_of
 from drills.lint import lint_stack
+from drills.model.check_families import reads
 from drills.model.scenario import Scenario
 from drills.probes import Prober
 from drills.probes.retrieval import RecallProbe, load_queries
@@ -43,7 +44,8 @@ class StackReads:
         """The embedded tool server's audit log since the run began, when the drill has a
         check that reads it (``drills.checks.agent``)."""
 
-        if state_dir is None or not any(c.check.startswith("tasks_") for c in self.scenario.expect):
+        wanted = any(reads(c.check, "agent_tasks") for c in self.scenario.expect)
+        if state_dir is None or not wanted:
             return None
         path = state_dir / "tools" / "audit.jsonl"
         if not path.exists():
@@ -118,7 +120,7 @@ class StackReads:
 
         scenario = self.scenario
         wanted = scenario.retrieval_probe or any(
-            c.check == "retrieval_recall" for c in scenario.expect
+            reads(c.check, "recall_probe") for c in scenario.expect
         )
         if not wanted:
             return None

@@ -32,7 +32,9 @@ __all__ = [
     "families",
     "family_of",
     "known_checks",
+    "parts_of",
     "plugin_problems",
+    "reads",
     "register",
 ]
 
@@ -69,6 +71,14 @@ class CheckFamily:
     needs_bound: bool = True
     fields: tuple[str, ...] = ()
     """Fields this family requires besides a bound (``source``, ``metric``)."""
+    reads: frozenset[str] = frozenset()
+    """What the run must collect for this family, beyond the requests: ``monitoring`` (a
+    Prometheus and the pager: the embedded stack's, or the team's), ``engine_metrics`` (an
+    engine's own metrics, by ``source``), ``agent_tasks`` (the tool server's audit log),
+    ``recall_probe`` (the retrieval recall probe)."""
+    parts: frozenset[str] = frozenset()
+    """Optional parts of the embedded stack a check of this family needs started (``rag``:
+    the retrieval and agent path)."""
     target_rule: Literal["faulted_hop", "killed", "any_fault"] | None = None
     """What the drill must inject for a check of this family to have something to judge,
     refused at the check's line otherwise: ``faulted_hop``, a fault on its ``target`` when
@@ -167,19 +177,51 @@ BUILTIN: tuple[CheckFamily, ...] = (
         pattern=r"engine\.(waiting|running|preemptions|requests\.(stop|length|abort|error|repetition))",
         shown_as="engine.waiting, engine.running, engine.preemptions, engine.requests.REASON "
         "(stop, length, abort, error, repetition)",
+        reads=frozenset({"engine_metrics"}),
     ),
     CheckFamily(
-        "engine_kv_cache", "drills.checks.engine:check_engine", "share", names=("engine.kv_cache",)
+        "engine_kv_cache",
+        "drills.checks.engine:check_engine",
+        "share",
+        names=("engine.kv_cache",),
+        reads=frozenset({"engine_metrics"}),
     ),
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
-    _builtin("promql", "promql", "number", fields=("query",)),
+    _builtin("promql", "promql", "number", fields=("query",), reads=frozenset({"monitoring"})),
     # Did the team's monitoring see it (``drills.checks.alerts``): bounded by ``within``.
-    _builtin("alert_fired", "alerts", "duration", needs_bound=False, fields=("alert",)),
-    _builtin("alert_paged", "alerts", "duration", needs_bound=False, fields=("alert",)),
-    _builtin("alert_resolved_within", "alerts", "duration", needs_bound=False, fields=("alert",)),
-    _builtin("alert_quiet", "alerts", "count", needs_bound=False),
-    _builtin("alert_runbook", "alert_runbook", "count", needs_bound=False),
+    _builtin(
+        "alert_fired",
+        "alerts",
+        "duration",
+        needs_bound=False,
+        fields=("alert",),
+        reads=frozenset({"monitoring"}),
+    ),
+    _builtin(
+        "alert_paged",
+        "alerts",
+        "duration",
+        needs_bound=False,
+        fields=("alert",),
+        reads=frozenset({"monitoring"}),
+    ),
+    _builtin(
+        "alert_resolved_within",
+        "alerts",
+        "duration",
+        needs_bound=False,
+        fields=("alert",),
+        reads=frozenset({"monitoring"}),
+    ),
+    _builtin("alert_quiet", "alerts", "count", needs_bound=False, reads=frozenset({"monitoring"})),
+    _builtin(
+        "alert_runbook",
+        "alert_runbook",
+        "count",
+        needs_bound=False,
+        reads=frozenset({"monitoring"}),
+    ),
     _builtin(
         "breaker_opened_within",
         "breaker",
@@ -201,15 +243,21 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin(
         "stack_lint", "lint", "findings", takes_during=False, needs_bound=False, only_below=True
     ),
-    _builtin("missing_context_share", "rag", "share"),
-    _builtin("tool_timeouts", "tools", "count"),
+    _builtin("missing_context_share", "rag", "share", parts=frozenset({"rag"})),
+    _builtin("tool_timeouts", "tools", "count", parts=frozenset({"rag"})),
     _builtin("breaker_opens", "breaker", "count", needs_target=True),
-    _builtin("retrieval_recall", "rag", "share"),
+    _builtin(
+        "retrieval_recall",
+        "rag",
+        "share",
+        parts=frozenset({"rag"}),
+        reads=frozenset({"recall_probe"}),
+    ),
     _builtin("retry_amplification", "tools", "count", needs_target=True),
-    _builtin("tasks_unfinished", "agent", "count"),
-    _builtin("tasks_resumed", "agent", "count"),
-    _builtin("tasks_duplicate_effects", "agent", "count"),
-    _builtin("tasks_answer_changed", "agent", "count"),
+    _builtin("tasks_unfinished", "agent", "count", reads=frozenset({"agent_tasks"})),
+    _builtin("tasks_resumed", "agent", "count", reads=frozenset({"agent_tasks"})),
+    _builtin("tasks_duplicate_effects", "agent", "count", reads=frozenset({"agent_tasks"})),
+    _builtin("tasks_answer_changed", "agent", "count", reads=frozenset({"agent_tasks"})),
     _builtin("workflow_wait", "workflow", "duration", only_below=True),
     _builtin("workflows_served", "workflow", "share"),
     _builtin("workflow_fallbacks", "workflow", "count"),
@@ -270,6 +318,18 @@ def families() -> list[CheckFamily]:
     """Every usable family: built in, registered here, from entry points (broken ones left
     out: ``PLUGINS.broken()``)."""
     return [*BUILTIN, *_EXTRA, *PLUGINS.load_all().values()]
+
+
+def reads(name: str, what: str) -> bool:
+    """Whether a check called ``name`` needs ``what`` collected (``CheckFamily.reads``)."""
+    family = family_of(name)
+    return family is not None and what in family.reads
+
+
+def parts_of(name: str) -> frozenset[str]:
+    """The optional parts of the embedded stack a check called ``name`` needs."""
+    family = family_of(name)
+    return family.parts if family is not None else frozenset()
 
 
 def family_of(name: str) -> CheckFamily | None:

@@ -27,10 +27,7 @@ from pydantic import (
 from drills.common.errors import ConfigError
 from drills.common.units import Duration
 from drills.common.yamlsrc import YamlDocument, format_path, load_yaml, parse_model
-from drills.model.check_families import (
-    ALERT_FAMILIES,
-    family_of,
-)
+from drills.model.check_families import family_of, reads
 from drills.model.expect import AbortCondition, Check, bound_value
 from drills.model.faults import (
     BUILTIN_FAULTS,
@@ -487,7 +484,7 @@ class Scenario(_Model):
                 "{prometheus: URL}'); a monitoring twin replaces the embedded stack's own",
                 None,
             )
-        elif not any(c.query is not None or c.check in ALERT_FAMILIES for c in self.expect):
+        elif not any(c.query is not None or reads(c.check, "monitoring") for c in self.expect):
             yield (
                 ("twins", i, "monitoring"),
                 "the drill asks its monitoring nothing (no promql or alert check): a "
@@ -568,7 +565,7 @@ def check_targets(
     checks of an engine it does not have (``engines``: their metrics sources)."""
     problems = []
     for i, check in enumerate(scenario.expect):
-        if engines is None or not check.check.startswith("engine.") or not check.source:
+        if engines is None or not reads(check.check, "engine_metrics") or not check.source:
             continue
         if check.source not in engines:
             loc: Loc = ("expect", i, "source")
