@@ -14,7 +14,6 @@ repeats those replaces at the matching published versions.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from drills.common.errors import ProvisionError, StackError
-from stack.provision import MARKER, _find_go, _fresh, _locked, _run, cache_root
+from stack.provision import MARKER, _find_go, _fresh, _locked, _run, cache_root, go_mod_of
 
 __all__ = [
     "ETCD_VERSION",
@@ -82,16 +81,7 @@ def _go_env(gopath_cache: Path) -> dict[str, str]:
 
 def _kubernetes_replaces(go: str, env: dict[str, str]) -> tuple[list[str], str | None]:
     """``replace`` lines for every staging module of k8s.io/kubernetes, and its godebug line."""
-    found = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if found.returncode != 0:
-        raise ProvisionError(f"go mod download k8s.io/kubernetes failed: {found.stderr.strip()}")
-    gomod = Path(json.loads(found.stdout)["GoMod"]).read_text()
+    gomod = go_mod_of(go, env, "k8s.io/kubernetes", KUBERNETES_VERSION)
     staging_version = "v0" + KUBERNETES_VERSION[2:]  # v1.36.3 -> v0.36.3
     replaces, godebug = [], None
     for line in gomod.splitlines():

@@ -41,6 +41,7 @@ __all__ = [
     "ensure_model",
     "ensure_rag_python",
     "ensure_toxiproxy",
+    "go_mod_of",
     "jaeger_built",
 ]
 
@@ -457,19 +458,25 @@ def ensure_jaeger() -> Path:
     return binary
 
 
-def _jaeger_wrapper(go: str, env: dict[str, str], work: Path) -> None:
-    """A module in ``work`` that requires Jaeger and repeats its ``replace`` lines, so that
-    ``go build`` there resolves Jaeger's module graph as Jaeger's own build does."""
+def go_mod_of(go: str, env: dict[str, str], module: str, version: str) -> str:
+    """The go.mod of ``module`` at ``version``, from the Go module proxy (or the module
+    cache): what a wrapper module repeats of it (its ``replace`` lines)."""
     found = subprocess.run(
-        [go, "mod", "download", "-json", f"{JAEGER_MODULE}@{JAEGER_VERSION}"],
+        [go, "mod", "download", "-json", f"{module}@{version}"],
         capture_output=True,
         text=True,
         env=env,
         check=False,
     )
     if found.returncode != 0:
-        raise ProvisionError(f"go mod download {JAEGER_MODULE} failed: {found.stderr.strip()}")
-    gomod = Path(json.loads(found.stdout)["GoMod"]).read_text()
+        raise ProvisionError(f"go mod download {module} failed: {found.stderr.strip()}")
+    return Path(json.loads(found.stdout)["GoMod"]).read_text()
+
+
+def _jaeger_wrapper(go: str, env: dict[str, str], work: Path) -> None:
+    """A module in ``work`` that requires Jaeger and repeats its ``replace`` lines, so that
+    ``go build`` there resolves Jaeger's module graph as Jaeger's own build does."""
+    gomod = go_mod_of(go, env, JAEGER_MODULE, JAEGER_VERSION)
     # Only replaces by another module version: a local path exists in Jaeger's tree alone.
     replaces = [
         line.strip()

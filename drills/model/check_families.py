@@ -112,6 +112,9 @@ class CheckFamily:
         return fn(check, evaluation)
 
 
+_MONITOR = frozenset({"monitoring"})
+
+
 def _builtin(name: str, module: str, bounds: BoundKind, **kw: Any) -> CheckFamily:
     """A family with one check of its own name, evaluated by ``drills.checks.MODULE``."""
     evaluator = f"drills.checks.{module}:check_{name}"
@@ -188,39 +191,19 @@ BUILTIN: tuple[CheckFamily, ...] = (
     ),
     _builtin("throughput", "throughput", "number"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
-    _builtin("promql", "promql", "number", fields=("query",), reads=frozenset({"monitoring"})),
+    _builtin("promql", "promql", "number", fields=("query",), reads=_MONITOR),
     # Did the team's monitoring see it (``drills.checks.alerts``): bounded by ``within``.
-    _builtin(
-        "alert_fired",
-        "alerts",
-        "duration",
-        needs_bound=False,
-        fields=("alert",),
-        reads=frozenset({"monitoring"}),
+    *(
+        _builtin(name, "alerts", "duration", needs_bound=False, fields=("alert",), reads=_MONITOR)
+        for name in ("alert_fired", "alert_paged", "alert_resolved_within")
     ),
-    _builtin(
-        "alert_paged",
-        "alerts",
-        "duration",
-        needs_bound=False,
-        fields=("alert",),
-        reads=frozenset({"monitoring"}),
-    ),
-    _builtin(
-        "alert_resolved_within",
-        "alerts",
-        "duration",
-        needs_bound=False,
-        fields=("alert",),
-        reads=frozenset({"monitoring"}),
-    ),
-    _builtin("alert_quiet", "alerts", "count", needs_bound=False, reads=frozenset({"monitoring"})),
+    _builtin("alert_quiet", "alerts", "count", needs_bound=False, reads=_MONITOR),
     _builtin(
         "alert_runbook",
         "alert_runbook",
         "count",
         needs_bound=False,
-        reads=frozenset({"monitoring"}),
+        reads=_MONITOR,
     ),
     _builtin(
         "breaker_opened_within",
