@@ -20,6 +20,7 @@ from drills.common.errors import (
 )
 from drills.common.stats import CONFIDENCE
 from drills.engine.events import FOR_PEOPLE, RunEvent
+from drills.model.gameday_journal import DayJournal
 from drills.model.journal import Journal
 
 if TYPE_CHECKING:
@@ -309,20 +310,20 @@ def gameday_command(args: argparse.Namespace) -> int:
                 allowed = _print_plan(scenario, sdoc, day._options(), False) and allowed
         return EXIT_OK if allowed else EXIT_USAGE
     day_dir = day.run()
-    journal = json.loads((day_dir / "gameday.json").read_text())
+    journal = DayJournal.load(day_dir)
     if args.json:
-        summary = {k: journal.get(k) for k in ("gameday", "verdict", "steps")}
+        summary = journal.model_dump(mode="json", include={"gameday", "verdict", "steps"})
         where = {"journal": str(day_dir / "gameday.json"), "report": str(day_dir / "index.html")}
         print(json.dumps({**summary, **where}, indent=2))
-        return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
-    for step in journal["steps"]:
-        if step["kind"] == "drill":
-            print(f"  drill {step['drill']}: {step.get('verdict')}")
-        elif step["kind"] == "checkpoint":
-            print(f"  checkpoint {step['id']}: {step.get('answer')} by {step.get('by')}")
-    print(f"verdict: {journal['verdict']}")
+        return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+    for ran in journal.steps:
+        if ran.kind == "drill":
+            print(f"  drill {ran.drill}: {ran.verdict}")
+        elif ran.kind == "checkpoint":
+            print(f"  checkpoint {ran.id}: {ran.answer} by {ran.by}")
+    print(f"verdict: {journal.verdict}")
     print(f"report: {day_dir / 'index.html'}")
-    return EXIT_OK if journal["verdict"] == "passed" else EXIT_FAILED
+    return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
 
 
 def _print_checks(journal: Journal) -> None:

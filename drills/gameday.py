@@ -40,6 +40,7 @@ from drills.engine.events import FOR_PEOPLE, RunEvent
 from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.runner import Runner
 from drills.engine.safety import abort_request, check_scenario, load_policy, register_run, runs_dir
+from drills.model.gameday_journal import DAY_FORMAT, DayJournal
 from drills.model.scenario import Attach, Scenario, load_scenario
 from drills.model.score import Score, combined
 from reports.gameday import render_gameday
@@ -389,7 +390,11 @@ class GameDay:
         self._event("gameday", "day_end", status=status)
         journal = self._journal(started, ended, status, stop_reason)
         path = self.dir / "gameday.json"
-        path.write_text(json.dumps(redact(journal), indent=1, default=str))
+        # Written through its model: a field the day sets that the journal does not know is
+        # an error here, not a key the report never reads.
+        # (Through JSON first, as it was written before: a detail that is not JSON, such as a
+        # path, is kept as its text.)
+        DayJournal.of(json.loads(json.dumps(redact(journal), default=str))).write(path)
 
         render_gameday(path)
         return self.dir
@@ -577,7 +582,7 @@ class GameDay:
         else:
             verdict = "failed"
         return {
-            "format": 1,
+            "format": DAY_FORMAT,
             "gameday": self.plan.gameday,
             "title": self.plan.title,
             "description": self.plan.description,

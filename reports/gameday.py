@@ -13,6 +13,8 @@ from xml.etree import ElementTree as ET
 
 from markupsafe import Markup
 
+from drills.model.gameday_journal import DayEvent, DayJournal, DayStep
+from drills.model.journal import DetectionSign
 from reports import load_journal
 from reports.common import md_cell, score_suffix
 from reports.html import COLORS, CSS, environment
@@ -30,7 +32,9 @@ def _since(t: float, start: float) -> str:
     return f"T+{minutes:02d}:{seconds:02d}"
 
 
-def _describe(event: dict[str, Any]) -> str:
+def _describe(day_event: DayEvent) -> str:
+    # The event's own fields as one dict: its details differ by event.
+    event: dict[str, Any] = day_event.model_dump()
     kind = event["event"]
     if kind == "note" and event["source"] == "observer":
         return f"note by {event.get('by')}: {event.get('text')}"
@@ -65,33 +69,33 @@ def _rel(target: str, out: Path) -> str:
     return os.path.relpath(target, out.resolve())
 
 
-def _after(sign: dict[str, Any]) -> str:
-    return f"+{sign['after']:.1f}s"
+def _after(sign: DetectionSign) -> str:
+    return f"+{sign.after:.1f}s"
 
 
-def _alerted(sign: dict[str, Any]) -> str:
-    runbook = f" -> {sign['runbook']}" if sign.get("runbook") else ", names no runbook step"
-    return f"{sign['what']} {_after(sign)}{runbook}"
+def _alerted(sign: DetectionSign) -> str:
+    runbook = f" -> {sign.runbook}" if sign.runbook else ", names no runbook step"
+    return f"{sign.what} {_after(sign)}{runbook}"
 
 
-def detection_rows(day: dict[str, Any]) -> list[dict[str, Any]]:
+def detection_rows(day: DayJournal) -> list[dict[str, Any]]:
     """Who saw each fault of the day, how fast: per drill and fault, the first sign at any
     layer, the alerts that fired, the pages (who got them, for what, when, naming which
     runbook step). A drill that did not run has no row; a fault with no sign, "not detected"."""
     rows = []
-    for step in (s for s in day["steps"] if s["kind"] == "drill"):
-        for fault in step.get("detection") or []:
-            seen = [s for s in fault["signs"] if s["after"] is not None]
-            first = min(seen, key=lambda s: s["after"], default=None)
-            fired = [s for s in seen if s["layer"] == "alert firing"]
-            pages = [s for s in seen if s["layer"] == "page"]
-            unread = {s["layer"] for s in fault["signs"] if s["what"].startswith("not read")}
+    for step in day.drills():
+        for fault in step.detection:
+            seen = [s for s in fault.signs if s.after is not None]
+            first = min(seen, key=lambda s: s.after or 0.0, default=None)
+            fired = [s for s in seen if s.layer == "alert firing"]
+            pages = [s for s in seen if s.layer == "page"]
+            unread = {s.layer for s in fault.signs if s.what.startswith("not read")}
             rows.append(
                 {
-                    "drill": step["drill"],
-                    "fault": f"{fault['what']} ({fault['phase']})",
-                    "detected": fault["detected"],
-                    "first": f"{first['layer']} {_after(first)}: {first['what']}"
+                    "drill": step.drill,
+                    "fault": f"{fault.what} ({fault.phase})",
+                    "detected": fault.detected,
+                    "first": f"{first.layer} {_after(first)}: {first.what}"
                     if first
                     else "not detected",
                     "alerts": [_alerted(s) for s in fired]
@@ -105,68 +109,61 @@ def detection_rows(day: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _drill_rows(day: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+def _drill_rows(day: DayJournal, out: Path) -> list[dict[str, Any]]:
     """The day's drills as the page's table shows them."""
     drills = []
-    for step in (s for s in day["steps"] if s["kind"] == "drill"):
-        failed = [c for c in step.get("checks", []) if not c["passed"]]
+    for step in day.drills():
+        failed = [c for c in step.checks if not c.passed]
         drills.append(
             {
-                "drill": step["drill"],
-                "ok": step.get("verdict") == "passed",
-                "verdict": str(step.get("verdict")),
+                "drill": step.drill,
+                "ok": step.verdict == "passed",
+                "verdict": str(step.verdict),
                 "score": _score_text(step),
                 "failed": "; ".join(
-                    f"{c['label']}: observed {c['observed_text']}, expected {c['expected']}"
-                    for c in failed
+                    f"{c.label}: observed {c.observed_text}, expected {c.expected}" for c in failed
                 )
-                or step.get("error", "")
+                or step.error
                 or "-",
-                "report": f"{_rel(step['run_dir'], out)}/index.html"
-                if step.get("run_dir")
-                else None,
+                "report": f"{_rel(step.run_dir, out)}/index.html" if step.run_dir else None,
             }
         )
     return drills
 
 
-def render_html(day: dict[str, Any], out: Path) -> str:
+def render_html(day: DayJournal, out: Path) -> str:
     """The post-mortem page (``templates/gameday.html.j2``)."""
-    start = day["started_at"]
+    start = day.started_at
     drills = _drill_rows(day, out)
     timeline, last_minute = [], None
-    for event in day["timeline"]:
-        minute = int(max(event["time"] - start, 0) // 60)
+    for event in day.timeline:
+        minute = int(max(event.time - start, 0) // 60)
         label = f"{minute:02d}" if minute != last_minute else ""
         last_minute = minute
-        timeline.append({"minute": label, "time": event["time"], "text": _describe(event)})
+        timeline.append({"minute": label, "time": event.time, "text": _describe(event)})
     runbooks = [
         {
-            "link": _rel(r["runbook"], out),
-            "name": Path(r["runbook"]).name,
+            "link": _rel(r.runbook, out),
+            "name": Path(r.runbook).name,
             "steps": [
                 {
-                    **step,
+                    **step.model_dump(),
                     "by": "; ".join(
-                        f"{b['by']} ({'passed' if b['passed'] else 'FAILED'})" for b in step["by"]
+                        f"{b['by']} ({'passed' if b['passed'] else 'FAILED'})" for b in step.by
                     ),
                 }
-                for step in r["steps"]
+                for step in r.steps
             ],
         }
-        for r in day["runbooks"]
+        for r in day.runbooks
     ]
     return _ENV.get_template("gameday.html.j2").render(
-        day={"stop_reason": None, "facilitator": None, "description": None, "score": None, **day},
+        day=day,
         css=Markup(CSS),
-        color=COLORS.get(day["verdict"], "#57606a"),
+        color=COLORS.get(day.verdict, "#57606a"),
         drills=drills,
-        skipped=[s for s in day["skipped"] if s["kind"] == "drill"],
-        checkpoints=[
-            {**dict.fromkeys(("who", "answer", "by", "source", "answered_at")), **s}
-            for s in day["steps"]
-            if s["kind"] == "checkpoint"
-        ],
+        skipped=[s for s in day.skipped if s.kind == "drill"],
+        checkpoints=day.checkpoints(),
         timeline=timeline,
         runbooks=runbooks,
         detection=detection_rows(day),
@@ -174,19 +171,19 @@ def render_html(day: dict[str, Any], out: Path) -> str:
     )
 
 
-def _score_text(step: dict[str, Any]) -> str:
-    return f"{step['score']['value']:g}" if step.get("score") else "-"
+def _score_text(step: DayStep) -> str:
+    return f"{step.score.value:g}" if step.score else "-"
 
 
-def render_markdown(day: dict[str, Any]) -> str:
+def render_markdown(day: DayJournal) -> str:
     lines = [
-        f"## Game day `{day['gameday']}`: **{day['verdict'].upper()}**",
+        f"## Game day `{day.gameday}`: **{day.verdict.upper()}**",
         "",
-        f"{day['title']}  ",
-        f"status {day['status']}"
-        + (f" ({day['stop_reason']})" if day.get("stop_reason") else "")
-        + f", {(day['ended_at'] - day['started_at']) / 60:.1f} min"
-        + score_suffix(day.get("score")),
+        f"{day.title}  ",
+        f"status {day.status}"
+        + (f" ({day.stop_reason})" if day.stop_reason else "")
+        + f", {(day.ended_at - day.started_at) / 60:.1f} min"
+        + score_suffix(day.score.model_dump() if day.score else None),
         "",
     ]
     detection = detection_rows(day)
@@ -207,54 +204,52 @@ def render_markdown(day: dict[str, Any]) -> str:
         "| step | what | result |",
         "|---|---|---|",
     ]
-    for step in day["steps"]:
-        if step["kind"] == "drill":
-            score = f", score {step['score']['value']:g}" if step.get("score") else ""
-            lines.append(f"| drill | `{step['drill']}` | {step.get('verdict')}{score} |")
-        elif step["kind"] == "checkpoint":
-            answer = step.get("answer") if step.get("answer") is not None else "no answer"
+    for step in day.steps:
+        if step.kind == "drill":
+            score = f", score {step.score.value:g}" if step.score else ""
+            lines.append(f"| drill | `{step.drill}` | {step.verdict}{score} |")
+        elif step.kind == "checkpoint":
+            answer = step.answer if step.answer is not None else "no answer"
             lines.append(
-                f"| checkpoint | {step['ask']} | {answer} by {step.get('by') or '-'} "
-                f"({step.get('source')}) |"
+                f"| checkpoint | {step.ask} | {answer} by {step.by or '-'} ({step.source}) |"
             )
-    for skipped in day["skipped"]:
-        lines.append(f"| {skipped['kind']} | {skipped['what'] or '-'} | not reached |")
+    for skipped in day.skipped:
+        lines.append(f"| {skipped.kind} | {skipped.what or '-'} | not reached |")
     never = [
-        f"{Path(r['runbook']).name}#{s['anchor']}"
-        for r in day["runbooks"]
-        for s in r["steps"]
-        if not s["exercised"]
+        f"{Path(r.runbook).name}#{s.anchor}"
+        for r in day.runbooks
+        for s in r.steps
+        if not s.exercised
     ]
     lines += ["", f"Runbook steps never reached: {', '.join(never) if never else 'none'}", ""]
     return "\n".join(lines)
 
 
-def render_junit(day: dict[str, Any]) -> str:
-
-    root = ET.Element("testsuites", name=f"gameday:{day['gameday']}")
-    for step in day["steps"]:
-        if step["kind"] == "drill" and step.get("run_dir"):
-            root.append(junit_suite(load_journal(Path(step["run_dir"]))))
-    checkpoints = [s for s in day["steps"] if s["kind"] == "checkpoint"]
+def render_junit(day: DayJournal) -> str:
+    root = ET.Element("testsuites", name=f"gameday:{day.gameday}")
+    for step in day.drills():
+        if step.run_dir:
+            root.append(junit_suite(load_journal(Path(step.run_dir))))
+    checkpoints = day.checkpoints()
     suite = ET.SubElement(
         root,
         "testsuite",
-        name=f"gameday:{day['gameday']}:checkpoints",
+        name=f"gameday:{day.gameday}:checkpoints",
         tests=str(len(checkpoints)),
-        failures=str(sum(not s.get("confirmed") for s in checkpoints)),
+        failures=str(sum(not s.confirmed for s in checkpoints)),
     )
     for step in checkpoints:
-        case = ET.SubElement(suite, "testcase", classname="drills.gameday", name=step["id"])
-        if not step.get("confirmed"):
-            failure = ET.SubElement(case, "failure", message=f"not confirmed: {step['ask']}")
-            failure.text = f"answer {step.get('answer')!r} by {step.get('by')}"
+        case = ET.SubElement(suite, "testcase", classname="drills.gameday", name=str(step.id))
+        if not step.confirmed:
+            failure = ET.SubElement(case, "failure", message=f"not confirmed: {step.ask}")
+            failure.text = f"answer {step.answer!r} by {step.by}"
     ET.indent(root)
     return XML_HEADER + ET.tostring(root, encoding="unicode")
 
 
 def render_gameday(path: Path) -> dict[str, Path]:
     path = path / "gameday.json" if path.is_dir() else path
-    day = json.loads(path.read_text())
+    day = DayJournal.load(path)
     out = path.parent
     paths = {
         "html": out / "index.html",

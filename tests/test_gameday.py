@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from drills.gameday import load_plan
+from drills.model.gameday_journal import DayJournal
 from drills.model.journal import Journal
 from drills.model.score import score_of
 from reports.gameday import render_html, render_markdown
@@ -327,7 +328,8 @@ def test_the_days_report_opens_with_who_was_paged_for_what_and_how_fast(tmp_path
         "runbooks": [],
         "notes": [],
     }
-    html = render_html(day, tmp_path)
+    journal = DayJournal.of(day)
+    html = render_html(journal, tmp_path)
     assert html.index("Who saw it, how fast") < html.index("<h2>Drills</h2>")
     table = html[html.index('<table id="detection">') : html.index("</table>")]
     rows = table.split("<tr")[2:]
@@ -337,9 +339,79 @@ def test_the_days_report_opens_with_who_was_paged_for_what_and_how_fast(tmp_path
     assert "LLMEngineDown reached the pager (receiver oncall) +8.1s" in rows[0]
     assert 'class="fail"' in rows[1] and "not detected" in rows[1] and "no alert fired" in rows[1]
     assert "names no runbook step" in rows[2] and "no pager ran" in rows[2]
-    md = render_markdown(day)
+    md = render_markdown(journal)
     assert md.index("Who saw it, how fast") < md.index("| step | what | result |")
     assert (
         "| `latency` | toxiproxy.latency on vllm-1 (fault) | not detected | no alert fired | "
         "nobody was paged |"
     ) in md, md
+
+
+def test_the_days_journal_is_typed_and_reads_its_first_format(tmp_path: Path) -> None:
+    """``gameday.json`` is written through ``DayJournal`` (format 2, every field present); a
+    format-1 journal (the same shape, written as a plain dict) reads and renders the same."""
+    first = {
+        "format": 1,
+        "gameday": "g",
+        "title": "T",
+        "status": "completed",
+        "verdict": "passed",
+        "started_at": 0.0,
+        "ended_at": 60.0,
+        "steps": [
+            {
+                "index": 0,
+                "kind": "checkpoint",
+                "started_at": 1.0,
+                "id": "go",
+                "ask": "Go?",
+                "answer": "yes",
+                "by": "carol",
+                "source": "rehearsal",
+                "confirmed": True,
+            },
+            {
+                "index": 1,
+                "kind": "drill",
+                "started_at": 2.0,
+                "drill": "d",
+                "verdict": "passed",
+                "checks": [
+                    {
+                        "label": "error_rate",
+                        "passed": True,
+                        "observed_text": "0",
+                        "expected": "< 0.01",
+                        "runbook": None,
+                    }
+                ],
+            },
+        ],
+        "timeline": [
+            {
+                "time": 1.0,
+                "source": "checkpoint",
+                "event": "answered",
+                "id": "go",
+                "answer": "yes",
+                "by": "carol",
+                "via": "rehearsal",
+            }
+        ],
+    }
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "gameday.json").write_text(json.dumps(first))
+    day = DayJournal.load(old)
+    assert day.format == 2 and day.checkpoints()[0].by == "carol"
+    assert day.timeline[0].detail("answer") == "yes"
+    new = tmp_path / "new"
+    new.mkdir()
+    day.write(new / "gameday.json")
+    written = json.loads((new / "gameday.json").read_text())
+    assert written["format"] == 2 and written["steps"][0]["drill"] is None
+    assert written["timeline"][0]["via"] == "rehearsal"
+    assert render_markdown(DayJournal.load(new)) == render_markdown(day)
+    # A field the day does not know is refused where it is written, not lost.
+    with pytest.raises(ValueError, match=r"steps\.0\.answred"):
+        DayJournal.of({**first, "steps": [{**first["steps"][0], "answred": "yes"}]})  # type: ignore[dict-item]
