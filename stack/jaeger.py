@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from drills.common.ports import free_port
+from stack.monitoring import wait_ready
 from stack.provision import ensure_jaeger
 
 __all__ = ["Jaeger", "running_jaeger"]
@@ -110,7 +111,8 @@ def running_jaeger() -> Iterator[Jaeger]:
         cwd=root,
     )
     try:
-        _wait_healthy(server, f"http://127.0.0.1:{ports['health']}/status", root / "jaeger.log")
+        health = f"http://127.0.0.1:{ports['health']}/status"
+        wait_ready("jaeger", health, server, root / "jaeger.log", 60)
         yield Jaeger(f"http://127.0.0.1:{ports['otlp']}", f"http://127.0.0.1:{ports['query']}")
     finally:
         if server.poll() is None:
@@ -122,19 +124,3 @@ def running_jaeger() -> Iterator[Jaeger]:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
         log.close()
-
-
-def _wait_healthy(server: subprocess.Popen[bytes], health: str, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        if server.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"jaeger exited ({server.returncode}): {tail}")
-        try:
-            if httpx.get(health, timeout=2).is_success:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"jaeger did not become healthy in 60 s; its log: {log}")
-        time.sleep(0.2)

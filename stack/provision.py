@@ -381,31 +381,51 @@ def ensure_prometheus() -> Path:
     return _ensure_deb("prometheus", PROMETHEUS_DEB, "prometheus")
 
 
+@contextmanager
+def _go_built(name: str, version: str, program: str) -> Iterator[tuple[str, Path] | None]:
+    """The cache's ``bin/NAME-VERSION/PROGRAM``, built once: yields ``None`` when it is there
+    already, else ``(go, binary)`` with its folder fresh and locked against a build beside it,
+    for the block to build ``binary``; marks it complete when the block ends with it built."""
+    bindir = cache_root() / "bin" / f"{name}-{version}"
+    binary = bindir / program
+    if (bindir / MARKER).exists():
+        yield None
+        return
+    go = _find_go()
+    if go is None:
+        raise ProvisionError(f"Go is needed to build {program} (https://go.dev/dl)")
+    with _locked(name):
+        if (bindir / MARKER).exists():
+            yield None
+            return
+        _fresh(bindir)
+        bindir.mkdir(parents=True)
+        yield go, binary
+        if not binary.exists():
+            log = cache_root() / "logs" / f"{name}-{version}.log"
+            raise ProvisionError(f"the {program} build made no {binary}; see {log}")
+        (bindir / MARKER).write_text(f"{version}\n")
+
+
 def ensure_alertmanager() -> Path:
     """Path of ``alertmanager`` ``ALERTMANAGER_VERSION``, built from the Go module proxy into
     the cache on first use (``go install``; about 90 s on 2 cores), keyed by version."""
-    bindir = cache_root() / "bin" / f"alertmanager-{ALERTMANAGER_VERSION}"
-    binary = bindir / "alertmanager"
-    if (bindir / MARKER).exists():
-        return binary
-    go = _find_go()
-    if go is None:
-        raise ProvisionError("Go is needed to build Alertmanager (https://go.dev/dl)")
-    with _locked("alertmanager"):
-        if (bindir / MARKER).exists():
-            return binary
-        _fresh(bindir)
-        bindir.mkdir(parents=True)
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOBIN": str(bindir)}
-        _run(
-            [go, "install", "-trimpath", f"{ALERTMANAGER_MODULE}@{ALERTMANAGER_VERSION}"],
-            what=f"building Alertmanager {ALERTMANAGER_VERSION} (first time only)",
-            log=cache_root() / "logs" / f"alertmanager-{ALERTMANAGER_VERSION}.log",
-            env=env,
-        )
-        if not binary.exists():
-            raise ProvisionError(f"go install {ALERTMANAGER_MODULE} made no {binary}")
-        (bindir / MARKER).write_text(f"{ALERTMANAGER_VERSION}\n")
+    binary = cache_root() / "bin" / f"alertmanager-{ALERTMANAGER_VERSION}" / "alertmanager"
+    with _go_built("alertmanager", ALERTMANAGER_VERSION, "alertmanager") as building:
+        if building is not None:
+            go, _ = building
+            env = {
+                **os.environ,
+                "CGO_ENABLED": "0",
+                "GOFLAGS": "-mod=mod",
+                "GOBIN": str(binary.parent),
+            }
+            _run(
+                [go, "install", "-trimpath", f"{ALERTMANAGER_MODULE}@{ALERTMANAGER_VERSION}"],
+                what=f"building Alertmanager {ALERTMANAGER_VERSION} (first time only)",
+                log=cache_root() / "logs" / f"alertmanager-{ALERTMANAGER_VERSION}.log",
+                env=env,
+            )
     return binary
 
 
@@ -418,43 +438,24 @@ def ensure_jaeger() -> Path:
     """Path of ``jaeger`` ``JAEGER_VERSION``, built from the Go module proxy into the cache on
     first use (a wrapper module with Jaeger's own ``replace`` lines, one ``go build``), keyed
     by version."""
-    bindir = cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}"
-    binary = bindir / "jaeger"
-    if (bindir / MARKER).exists():
-        return binary
-    go = _find_go()
-    if go is None:
-        raise ProvisionError("Go is needed to build Jaeger (https://go.dev/dl)")
-    with _locked("jaeger"):
-        if (bindir / MARKER).exists():
-            return binary
-        _fresh(bindir)
-        work = bindir / "work"
-        work.mkdir(parents=True)
-        log = cache_root() / "logs" / f"jaeger-{JAEGER_VERSION}.log"
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-        env.setdefault("GOTOOLCHAIN", "local")
-        _jaeger_wrapper(go, env, work)
-        _run(
-            [
-                go,
-                "build",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                str(binary),
-                f"{JAEGER_MODULE}/cmd/jaeger",
-            ],
-            what=f"building Jaeger {JAEGER_VERSION} (first time only, minutes)",
-            log=log,
-            env=env,
-            cwd=work,
-        )
-        shutil.rmtree(work)
-        if not binary.exists():
-            raise ProvisionError(f"the Jaeger build made no {binary}; see {log}")
-        (bindir / MARKER).write_text(f"{JAEGER_VERSION}\n")
+    binary = cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
+    with _go_built("jaeger", JAEGER_VERSION, "jaeger") as building:
+        if building is not None:
+            go, _ = building
+            work = binary.parent / "work"
+            work.mkdir()
+            env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+            env.setdefault("GOTOOLCHAIN", "local")
+            _jaeger_wrapper(go, env, work)
+            build = ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary)]
+            _run(
+                [go, *build, f"{JAEGER_MODULE}/cmd/jaeger"],
+                what=f"building Jaeger {JAEGER_VERSION} (first time only, minutes)",
+                log=cache_root() / "logs" / f"jaeger-{JAEGER_VERSION}.log",
+                env=env,
+                cwd=work,
+            )
+            shutil.rmtree(work)
     return binary
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "prometheus_config",
     "stack_targets",
     "start_monitoring",
+    "wait_ready",
 ]
 
 RULES = Path(__file__).with_name("rules.yml")
@@ -175,16 +176,18 @@ def start_monitoring(
             (monitoring.alertmanager, monitoring.prometheus),
             strict=True,
         ):
-            _wait_ready(name, url, process, home / f"{name}.log", ready_timeout)
+            wait_ready(name, f"{url}/-/ready", process, home / f"{name}.log", ready_timeout)
     except BaseException:
         monitoring.stop()
         raise
     return monitoring
 
 
-def _wait_ready(
+def wait_ready(
     name: str, url: str, process: subprocess.Popen[bytes], log: Path, timeout: float
 ) -> None:
+    """Wait until ``url`` answers 200 (``StackError`` if ``process`` exits first, or after
+    ``timeout`` seconds, with the end of its ``log``)."""
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
@@ -192,7 +195,7 @@ def _wait_ready(
                 f"{name} exited ({process.returncode}): {log.read_text(errors='replace')[-2000:]}"
             )
         try:
-            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
