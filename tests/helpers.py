@@ -52,6 +52,10 @@ def shortened(source: Path, out: Path, **durations: str) -> Path:
     import yaml
 
     data = yaml.safe_load(anchored(source.read_text(), source.parent))
+    for twin in data.get("twins") or []:  # a monitoring twin's rules files, relative too
+        monitoring = twin.get("monitoring") or {}
+        if "rules" in monitoring:
+            monitoring["rules"] = [str((source.parent / r).resolve()) for r in monitoring["rules"]]
     phases = {p["name"]: p for p in data["phases"]}
     for name, duration in durations.items():
         if name not in phases:

@@ -26,7 +26,7 @@ from drills.engine.runner import Runner
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import InjectionContext, register
 from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
-from tests.helpers import drill_account, shortened
+from tests.helpers import drill_account, shortened, twin_account
 from tests.jaeger_env import Jaeger
 
 pytestmark = pytest.mark.stack
@@ -80,12 +80,41 @@ def by_label(journal: dict) -> dict[str, dict]:
     return {c["label"]: c for c in journal["checks"]}
 
 
+def run_embedded(path: Path, stack: RunningStack, tmp_path: Path) -> dict:
+    """Run a drill on the session's stack as its profile: the path a user's ``drills run``
+    takes on the embedded stack, whose monitoring starts for a drill that asks it."""
+    scenario, doc = load_scenario(path)
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        profile=str(stack.config_path),
+        state_dir=stack.state_dir,
+    )
+    return Runner(scenario, doc, options).run().model_dump(mode="json")
+
+
 def test_shipped_latency_drill_passes_on_the_sound_stack(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    journal = run(sized_latency(tmp_path), stack.gateway_url, stack, tmp_path)
+    journal = run_embedded(sized_latency(tmp_path), stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     assert journal["status"] == "completed"
+    checks = by_label(journal)
+    # The stack's monitoring, started for the drill, saw the latency: the first-token alert
+    # fired and paged during the fault, after the first fallback answers (each one 6 s or more:
+    # three 2 s first-token timeouts), and nothing fired in the baseline.
+    fired = checks["alert_fired LLMFirstTokenSlow during fault"]["observed"]
+    paged = checks["alert_paged LLMFirstTokenSlow during fault"]["observed"]
+    assert 5 <= fired <= paged, (fired, paged)
+    assert checks["alert_quiet LLM.* during baseline"]["passed"]
+    # A row of the detection matrix per fault (the latency on each of the three hops), each
+    # with the alert and the runbook step it named.
+    assert [row["what"] for row in journal["detection"]] == [
+        f"toxiproxy.latency on {hop}" for hop in ("vllm-0", "vllm-1", "backup")
+    ]
+    for row in journal["detection"]:
+        firing = [s for s in row["signs"] if s["what"].startswith("LLMFirstTokenSlow")]
+        assert firing and all(s["runbook"].endswith("llm-latency.md#timeouts") for s in firing)
     # Evidence that each fault landed, read back from Toxiproxy, and that each was reverted.
     for fault in journal["faults"]:
         names = [t["name"] for t in fault["evidence"]["toxics"]]
@@ -113,7 +142,7 @@ def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_n
     stack: RunningStack, tmp_path: Path
 ) -> None:
     before = supervisor_pid(stack)
-    result, [journal] = run_twin(sized_latency(tmp_path), stack, tmp_path)
+    result, [journal] = run_twin(sized_latency(tmp_path), stack, tmp_path, "unsound")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     twin = journal["twin"]
     assert twin["held"] and twin["name"] == "unsound", twin
@@ -153,6 +182,29 @@ def test_shipped_latency_drill_on_its_unsound_twin_fails_exactly_the_checks_it_n
     assert junit.get("failures") == "0", ET.tostring(junit, encoding="unicode")
     html = (run_dir / "index.html").read_text()
     assert "llm-latency.md#breakers" in html and "TWIN unsound: HELD" in html
+
+
+def test_shipped_latency_drill_on_its_feared_alerts_twin_fails_only_the_detection_checks(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    result, [journal] = run_twin(sized_latency(tmp_path), stack, tmp_path, "feared-alerts")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    twin = journal["twin"]
+    assert twin["held"] and twin["name"] == "feared-alerts", twin_account(journal)
+    checks = by_label(journal)
+    failed = {label for label, c in checks.items() if not c["passed"]}
+    # The stack degraded as designed (fallback text, breakers, recovery); only the monitoring
+    # failed: a five-minute median never saw a 30 s spike, so nothing fired and nothing paged.
+    assert failed == {
+        "alert_fired LLMFirstTokenSlow during fault",
+        "alert_paged LLMFirstTokenSlow during fault",
+        "alert_runbook LLM.* during fault",
+    }, failed
+    assert checks["alert_quiet LLM.* during baseline"]["passed"]
+    # Prometheus loaded the feared rules in place of the stack's: the run's own rules file.
+    home = Path(journal["run_dir"]) / "monitoring"
+    assert "feared-rules.yml" in (home / "prometheus.yml").read_text()
+    assert processes_naming(home) == []
 
 
 def test_cli_run_exit_code_and_report_path(

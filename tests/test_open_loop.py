@@ -105,6 +105,7 @@ def _drill(tmp_path: Path, load: str) -> tuple[Path, str]:
         "prompts/short.jsonl", str(ROOT / "scenarios" / "prompts" / "short.jsonl")
     )
     text = text.replace("runbooks/", str(ROOT / "scenarios" / "runbooks") + "/")
+    text = text.replace("monitoring/", str(ROOT / "scenarios" / "monitoring") + "/")
     path = tmp_path / "drill.yaml"
     path.write_text(text)
     return path, text

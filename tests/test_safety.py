@@ -178,7 +178,7 @@ def test_the_wrapper_resolves_relative_paths_and_the_policy_from_where_the_calle
     here = tmp_path / "team"
     here.mkdir()
     shutil.copy(SHIPPED, here / "latency.yaml")
-    for folder in ("prompts", "runbooks"):
+    for folder in ("prompts", "runbooks", "monitoring"):
         shutil.copytree(SHIPPED.parent / folder, here / folder)
     (here / "drills-safety.yaml").write_text("max_faults_at_once: 1\n")
 
@@ -323,7 +323,7 @@ def test_json_is_one_document_on_stdout_for_every_command_that_takes_it(tmp_path
 
     code, plans = cli("run", str(SHIPPED), "--twin", "--dry-run")
     assert code == 0 and isinstance(plans, list)
-    assert [p["twin"] for p in plans] == ["unsound"]
+    assert [p["twin"] for p in plans] == ["unsound", "feared-alerts"]
     assert plans[0]["plan"]["faults"][0]["kind"] == "toxiproxy.latency"
     code, plans = cli("gate", str(SHIPPED), str(TINY), "--dry-run")
     assert code == 0 and isinstance(plans, list) and len(plans) == 2
