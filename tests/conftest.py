@@ -37,6 +37,7 @@ pytest_plugins = [
     "tests.jaeger_env",
     "tests.kube_env",
     "tests.postgres_env",
+    "tests.scheduling",
 ]
 
 PROFILES = Path(__file__).resolve().parent.parent / "stack" / "profiles"
