@@ -136,6 +136,7 @@ def test_a_game_day_with_rehearsed_and_live_checkpoints_and_notes(
         "fallback": True,
         "breakers": False,
         "recovery": False,
+        "detection": False,
     }
     by = {s["anchor"]: s["by"] for s in runbook["steps"]}
     assert {"by": "checkpoint go-ahead", "passed": True} in by["before-you-start"]
