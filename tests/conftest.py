@@ -26,6 +26,9 @@ import yaml
 from drills.common.ports import free_port
 from drills.common.system import pid_alive
 from drills.common.toxiproxy import Proxy, ToxiproxyClient
+from drills.engine.options import RunOptions
+from drills.engine.runner import Runner
+from drills.model.scenario import load_scenario
 from stack import control
 from stack.config import GatewayConfig, StackConfig, load_stack_config
 from stack.gateway.app import Gateway, create_app
@@ -312,6 +315,19 @@ def run_twin(
     """`drills run SCENARIO --twin [NAME]` on the session's stack: the twin's gateway runs
     beside it; the journals of the twin runs."""
     return run_on_stack(scenario, stack, tmp_path, "--twin", *twin)
+
+
+def run_embedded(path: Path, stack: RunningStack, tmp_path: Path) -> dict:
+    """Run a drill on the session's stack as its profile: the path a user's ``drills run``
+    takes on the embedded stack, whose monitoring starts for a drill that asks it."""
+    scenario, doc = load_scenario(path)
+    options = RunOptions(
+        out_dir=tmp_path / "runs",
+        ledger=tmp_path / "ledger.json",
+        profile=str(stack.config_path),
+        state_dir=stack.state_dir,
+    )
+    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 def processes_naming(path: Path) -> list[int]:

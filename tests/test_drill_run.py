@@ -25,7 +25,14 @@ from drills.engine.options import RunOptions
 from drills.engine.runner import Runner
 from drills.model.scenario import Attach, FaultSpec, load_scenario
 from injectors import InjectionContext, register
-from tests.conftest import RunningStack, drills_cli, isolated_env, processes_naming, run_twin
+from tests.conftest import (
+    RunningStack,
+    drills_cli,
+    isolated_env,
+    processes_naming,
+    run_embedded,
+    run_twin,
+)
 from tests.helpers import drill_account, shortened, twin_account
 from tests.jaeger_env import Jaeger
 
@@ -78,19 +85,6 @@ def run_argv(stack: RunningStack, tmp_path: Path) -> list[str]:
 
 def by_label(journal: dict) -> dict[str, dict]:
     return {c["label"]: c for c in journal["checks"]}
-
-
-def run_embedded(path: Path, stack: RunningStack, tmp_path: Path) -> dict:
-    """Run a drill on the session's stack as its profile: the path a user's ``drills run``
-    takes on the embedded stack, whose monitoring starts for a drill that asks it."""
-    scenario, doc = load_scenario(path)
-    options = RunOptions(
-        out_dir=tmp_path / "runs",
-        ledger=tmp_path / "ledger.json",
-        profile=str(stack.config_path),
-        state_dir=stack.state_dir,
-    )
-    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 def test_shipped_latency_drill_passes_on_the_sound_stack(

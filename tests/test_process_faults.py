@@ -16,14 +16,11 @@ import pytest
 
 from drills.common.errors import InjectionFailed
 from drills.engine.ledger import Ledger
-from drills.engine.options import RunOptions
-from drills.engine.runner import Runner
 from drills.model.faults import ProcessFreezeFault
-from drills.model.scenario import load_scenario
 from injectors.base import InjectionContext, build
 from injectors.process import _stat
 from stack import control
-from tests.conftest import RunningStack, processes_naming, run_twin
+from tests.conftest import RunningStack, processes_naming, run_embedded, run_twin
 from tests.helpers import assert_ended_at_replacement, drill_account, twin_account
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,19 +32,6 @@ def wait_healthy(stack: RunningStack, timeout: float = 240) -> None:
     while not control.status(stack.state_dir).healthy:
         assert time.monotonic() < deadline, "the stack did not become healthy again"
         time.sleep(1)
-
-
-def run_drill(path: Path, stack: RunningStack, tmp_path: Path) -> dict:
-    """The drill, in this process, on the session's stack as its profile: the embedded path a
-    user's ``drills run`` takes (the stack's monitoring starts for drills that ask it)."""
-    scenario, doc = load_scenario(path)
-    options = RunOptions(
-        out_dir=tmp_path / "runs",
-        ledger=tmp_path / "ledger.json",
-        profile=str(stack.config_path),
-        state_dir=stack.state_dir,
-    )
-    return Runner(scenario, doc, options).run().model_dump(mode="json")
 
 
 @pytest.fixture
@@ -148,7 +132,7 @@ def test_pod_loss_drill_passes_on_the_sound_stack(
 ) -> None:
     before = control.status(stack.state_dir)
     old_pid = next(c for c in before.components if c.name == "vllm-0").pid
-    journal = run_drill(POD_LOSS, stack, tmp_path)
+    journal = run_embedded(POD_LOSS, stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     (kill,) = journal["faults"]
     assert kill["evidence"]["pid"] == old_pid and kill["evidence"]["signal"] == "SIGKILL"
