@@ -10,7 +10,7 @@ import pytest
 from drills.engine.options import RunOptions
 from drills.engine.runner import Runner
 from drills.model.scenario import Attach, load_scenario
-from tests.conftest import RunningStack, run_twin
+from tests.conftest import RunningStack, run_embedded, run_twin
 from tests.helpers import drill_account, shortened, twin_account
 
 pytestmark = pytest.mark.stack
@@ -93,8 +93,21 @@ def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
 
 
 def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
-    journal = run(sized(TOOL_SATURATION, tmp_path), stack.gateway_url, stack, tmp_path)
+    # As `drills run` on the embedded stack's profile: its monitoring starts for the drill.
+    journal = run_embedded(sized(TOOL_SATURATION, tmp_path), stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
+    # The stack's monitoring, started for the drill, saw the saturated tool: the tool-timeout
+    # alert fired and paged, naming the runbook step for tool timeouts.
+    checks = verdicts(journal)
+    fired = checks["alert_fired LLMToolTimeouts {tool=search_kb} during fault"]["observed"]
+    paged = checks["alert_paged LLMToolTimeouts {tool=search_kb} during fault"]["observed"]
+    assert 5 <= fired <= paged, (fired, paged)
+    (row,) = journal["detection"]
+    pages = {s["what"].split()[0]: s["runbook"] for s in row["signs"] if s["layer"] == "page"}
+    assert pages["LLMToolTimeouts"].endswith("tool-saturation.md#tool-timeouts"), row
+    # The tool's open breaker pages with the tool's runbook step, not an engine's.
+    assert pages["LLMToolBreakerOpen"].endswith("tool-saturation.md#breakers"), row
+    assert "LLMBreakerOpen" not in pages, row
     fault = journal["faults"][0]
     assert fault["kind"] == "tool.saturate"
     # Evidence: the tool server's pool was full, and what the flood did is in the journal.
@@ -107,7 +120,7 @@ def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_pat
 def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    result, [journal] = run_twin(sized(TOOL_SATURATION, tmp_path), stack, tmp_path)
+    result, [journal] = run_twin(sized(TOOL_SATURATION, tmp_path), stack, tmp_path, "unsound")
     # How long the flood's calls queued (latency p50): the twin can only fail when an agent's
     # call waits past its 2 s attempt, so a failure shows the depth the flood reached.
     # (queue_wait sizes it to the tool server's measured speed: faults[].preflight.prepared)
@@ -122,3 +135,17 @@ def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     amplification = checks["retry_amplification tools:search_kb during fault"]
     assert "counted by the tool server" in amplification["reason"]
     assert amplification["observed"] >= 1.5
+
+
+def test_tool_saturation_on_its_feared_alerts_twin_fails_only_the_detection_checks(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    result, [journal] = run_twin(sized(TOOL_SATURATION, tmp_path), stack, tmp_path, "feared-alerts")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert journal["twin"]["held"], twin_account(journal)
+    checks = verdicts(journal)
+    failed = {label for label, c in checks.items() if not c["passed"]}
+    # The agents stopped gracefully as designed; only the monitoring failed: the alert's metric
+    # does not exist, so nothing fired and nothing paged.
+    assert failed == set(load_scenario(TOOL_SATURATION)[0].twin("feared-alerts").must_fail)
+    assert checks["breaker_opens tools:search_kb during fault"]["passed"]

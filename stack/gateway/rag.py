@@ -95,6 +95,11 @@ class HopPolicy:
                 on_change=self._changed,
             )
             self.metrics.breaker_state.labels(hop).set(0)
+            # Counters born at zero, as Prometheus's instrumentation guide asks: a series
+            # that first appears at its first failure has no rate, and an alert on that
+            # rate never fires for a hop's first failures.
+            for outcome in ("ok", "timeout", "breaker_open"):
+                self.metrics.hop_attempts.labels(hop, outcome)
         return self.breakers[hop]
 
     def _changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
@@ -302,6 +307,8 @@ class AgentPath:
         self.hops = HopPolicy("agent", self.policy.retries, self.policy.breaker, metrics)
         for tool in ("search_kb", "read_report_table", "send_message"):
             self.hops.breaker(f"{self.hop}:{tool}")
+            for outcome in ("ok", "timeout", "breaker_open", "deadline"):
+                self.metrics.tool_calls.labels(tool, outcome)  # born at zero, as above
         self.dir = state_dir / "agent"
         self.dir.mkdir(parents=True, exist_ok=True)
 
