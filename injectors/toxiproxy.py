@@ -5,6 +5,10 @@ apart from anyone else's. Evidence is the proxy as Toxiproxy reports it after th
 revert of a toxic falls back to recreating the proxy when Toxiproxy's own removal hangs (see
 ``drills.common.toxiproxy``).
 
+A cut is refused, not dropped, through the harness's L7 hop: before it disables a proxy, the
+injector tells each hop in front of it (``hop_url``) to close its listener until the proxy
+accepts again, so that a gateway sees the refusal it would see without the hop.
+
 Cuts compose. Two ``toxiproxy.down`` faults of one process on one proxy (windows that overlap,
 or meet at a phase boundary) hold it down together: the proxy stays down until the last of them
 is reverted, which restores what was there before the first; each one's ledger entry carries
@@ -13,6 +17,7 @@ that state too, so a sweep after a crash restores it whatever order it reverts t
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -20,12 +25,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from drills.common.errors import InputError, RevertError, ToxiproxyError
+from drills.common.errors import HopError, InputError, RevertError, ToxiproxyError
+from drills.common.hop import HopClient
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
 from drills.model.faults import DownFault
 from injectors.base import InjectionContext
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]
+
+logger = logging.getLogger(__name__)
 
 TOXIC_PREFIX = "drills-"
 
@@ -56,6 +64,8 @@ class ToxiproxyInjector:
         self.toxic_name = f"{TOXIC_PREFIX}{context.run_id}-{index}"
         self.snapshot: Proxy | None = None
         self.applied = False
+        self.hop_url = context.hop_url
+        self.hops_refusing: list[str] = []
 
     @property
     def is_down(self) -> bool:
@@ -110,6 +120,7 @@ class ToxiproxyInjector:
                         cut = _Cut(before.enabled)
                     # Restored by the last of the cuts: what was there before the first.
                     self.snapshot = replace(self.snapshot, enabled=cut.enabled)
+                    self.hops_refusing = _announce_cut(self.hop_url, before.listen)
                     client.set_enabled(self.target, False)
                     cut.holders.add(self.toxic_name)
                     _CUTS[self._key] = cut
@@ -141,6 +152,7 @@ class ToxiproxyInjector:
             "upstream": after.upstream,
             "enabled": after.enabled,
             "toxics": [t.as_json() for t in after.toxics],
+            **({"hops_refusing": self.hops_refusing} if self.is_down else {}),
         }
 
     @property
@@ -168,6 +180,8 @@ class ToxiproxyInjector:
                         }
                 outcome = revert_entry(self.ledger_entry(), self.shared)
                 _CUTS.pop(self._key, None)
+            if self.hops_refusing:
+                outcome["hops_listening"] = _hops_listening(self.hop_url, self.hops_refusing)
         else:
             outcome = revert_entry(self.ledger_entry(), self.shared)
         self.applied = False
@@ -200,3 +214,38 @@ def revert_entry(entry: dict[str, Any], shared: ToxiproxyClient | None = None) -
 @contextmanager
 def _borrowed(client: ToxiproxyClient) -> Iterator[ToxiproxyClient]:
     yield client  # not closed: it belongs to the run
+
+
+def _announce_cut(hop_url: str | None, listen: str) -> list[str]:
+    """Tell the hops in front of the proxy listening on ``listen`` that it is about to refuse
+    connections; the hops told. A hop that cannot be told is logged, not fatal: the cut still
+    lands (its gateway sees dropped connections through that hop instead of refusals)."""
+    if hop_url is None:
+        return []
+    try:
+        with HopClient(hop_url) as hop:
+            names = hop.fronting(listen)
+            for name in names:
+                hop.refuse(name)
+    except HopError as exc:
+        logger.warning("the cut of %s is not announced to the L7 hop: %s", listen, exc)
+        return []
+    return names
+
+
+def _hops_listening(hop_url: str | None, names: list[str], wait_s: float = 2.0) -> bool:
+    """Whether the hops listen again within ``wait_s`` of the proxy's revert (each reopens on
+    its own once the proxy accepts, checking every 50 ms)."""
+    if hop_url is None:
+        return True
+    deadline = time.monotonic() + wait_s
+    try:
+        with HopClient(hop_url) as hop:
+            while any(hop.refusing(name) for name in names):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+    except HopError as exc:
+        logger.warning("the L7 hop's listeners after a cut: %s", exc)
+        return False
+    return True

@@ -52,6 +52,9 @@ TOXIPROXY_VERSION = "2.12.0"
 PROMETHEUS_DEB = "2.42.0+ds-5+deb12u1"
 """Prometheus, as Debian 12 ships it (a static Go binary: unpacked, never installed as a
 service); the tests' stand-in for a team's own Prometheus, and the embedded stack's."""
+NGINX_DEB = "1.22.1-9+deb12u12"
+"""nginx, as Debian 12 ships it (unpacked, never installed as a service): the tests' third-party
+gateway, one that retries a refused connection but never a POST it has sent."""
 ALERTMANAGER_MODULE = "github.com/prometheus/alertmanager/cmd/alertmanager"
 ALERTMANAGER_VERSION = "v0.28.1"
 """Alertmanager, built from the Go module proxy: it routes the alerts that Prometheus fires to
@@ -378,7 +381,12 @@ def ensure_toxiproxy(*, stock: bool = False) -> Path:
 
 def ensure_prometheus() -> Path:
     """Path of the ``prometheus`` binary of ``PROMETHEUS_DEB`` (``_ensure_deb``)."""
-    return _ensure_deb("prometheus", PROMETHEUS_DEB, "prometheus")
+    return _ensure_deb("prometheus", PROMETHEUS_DEB, "usr/bin/prometheus")
+
+
+def ensure_nginx() -> Path:
+    """Path of the ``nginx`` binary of ``NGINX_DEB`` (``_ensure_deb``)."""
+    return _ensure_deb("nginx", NGINX_DEB, "usr/sbin/nginx")
 
 
 @contextmanager
@@ -496,12 +504,12 @@ def _jaeger_wrapper(go: str, env: dict[str, str], work: Path) -> None:
 
 
 def _ensure_deb(package: str, version: str, program: str) -> Path:
-    """Path of ``usr/bin/PROGRAM`` of Debian's ``PACKAGE=VERSION``: the package downloaded
-    (``apt-get download``, refreshing the package lists once if they lack it) and unpacked into
-    the cache on first use, keyed by version. Nothing is installed system-wide and no service
-    is started."""
+    """Path of ``PROGRAM`` (e.g. ``usr/bin/prometheus``) in Debian's ``PACKAGE=VERSION``: the
+    package downloaded (``apt-get download``, refreshing the package lists once if they lack
+    it) and unpacked into the cache on first use, keyed by version. Nothing is installed
+    system-wide and no service is started."""
     bindir = cache_root() / "bin" / f"{package}-{version}"
-    binary = bindir / "usr" / "bin" / program
+    binary = bindir / program
     if (bindir / MARKER).exists():
         return binary
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
@@ -530,6 +538,6 @@ def _ensure_deb(package: str, version: str, program: str) -> Path:
         _run(["dpkg-deb", "-x", str(deb), str(bindir)], what=f"unpacking {package}", log=log)
         shutil.rmtree(download)
         if not binary.exists():
-            raise ProvisionError(f"{deb.name} has no usr/bin/{program}")
+            raise ProvisionError(f"{deb.name} has no {program}")
         (bindir / MARKER).write_text(f"{version}\n")
     return binary

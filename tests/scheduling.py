@@ -38,6 +38,7 @@ BESIDE = frozenset(
         "test_clock",
         "test_code_shape",
         "test_deploy_files",
+        "test_faithful_chain",
         "test_fault_lifecycle",
         "test_fault_traits",
         "test_gateways",

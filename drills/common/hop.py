@@ -14,10 +14,12 @@ only (``POST /v1/...``); health and metrics requests pass untouched, which is wh
 Control API (JSON)::
 
     GET    /health                      200 {"hops": [...]}
-    GET    /hops                        {name: {listen, upstream, faults, requests}}
+    GET    /hops                        {name: {listen, upstream, faults, requests, refusing}}
     POST   /hops/{hop}/faults           201 the fault; 404 unknown hop; 409 name taken; 400 bad rule
     GET    /hops/{hop}/faults           [fault, ...] (each with ``hits``: requests it touched)
     DELETE /hops/{hop}/faults/{name}    200 the fault as removed (with its hits); 404 if gone
+    POST   /hops/{hop}/refuse           200 {"refusing": true}: the upstream is about to refuse
+                                        connections; the hop refuses them until it accepts again
     GET    /records?since=SEQ&limit=N   {"next": SEQ, "records": [HopRecord, ...]}
 """
 
@@ -185,6 +187,26 @@ class HopClient:
     def hops(self) -> dict[str, dict[str, Any]]:
         hops: dict[str, dict[str, Any]] = self._call("GET", "/hops").json()
         return hops
+
+    def fronting(self, listen: str) -> list[str]:
+        """The hops whose upstream is the listener ``listen`` (``HOST:PORT``, as Toxiproxy
+        writes a proxy's; a wildcard host matches the port alone)."""
+        host, _, port = listen.rpartition(":")
+        wildcard = host.strip("[]") in {"", "0.0.0.0", "::"}
+        found = []
+        for name, hop in self.hops().items():
+            upstream = httpx.URL(hop["upstream"])
+            if str(upstream.port) == port and (wildcard or upstream.host == host.strip("[]")):
+                found.append(name)
+        return found
+
+    def refuse(self, hop: str) -> None:
+        """Announce that ``hop``'s upstream is about to refuse connections: the hop refuses
+        them from now on, until the upstream accepts again (or it never refused within 2 s)."""
+        self._call("POST", f"/hops/{hop}/refuse")
+
+    def refusing(self, hop: str) -> bool:
+        return bool(self.hops()[hop].get("refusing"))
 
     def add_fault(self, hop: str, name: str, rule: dict[str, Any]) -> dict[str, Any]:
         fault: dict[str, Any] = self._call(

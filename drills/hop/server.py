@@ -27,8 +27,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import (
+    ClientConnectorError,
+    ClientError,
+    ClientSession,
+    ClientTimeout,
+    TCPConnector,
+    web,
+)
 from pydantic import ValidationError
 
 from drills.common.hop import (
@@ -45,6 +53,10 @@ __all__ = ["HopServer", "HopSpec"]
 
 logger = logging.getLogger(__name__)
 
+REFUSAL_PROBE_S = 0.05
+"""While a hop's upstream refuses, how often the hop tries it (a TCP connect, nothing sent)."""
+ANNOUNCED_GRACE_S = 2.0
+"""An announced refusal that has not come by then is called off: the hop listens again."""
 MAX_RECORDS = 200_000
 """Records kept in memory (the oldest are dropped first; a run reads its own as it goes)."""
 _HOP_BY_HOP = frozenset(
@@ -97,6 +109,10 @@ class Hop:
     faults: dict[str, Fault] = field(default_factory=dict)
     requests: int = 0
     session: ClientSession | None = None
+    runner: web.AppRunner | None = None
+    site: web.TCPSite | None = None
+    refusing: asyncio.Task[None] | None = None
+    """While the upstream refuses connections, the watch that reopens the listener."""
 
     def draw(self) -> Fault | None:
         for fault in list(self.faults.values()):
@@ -171,24 +187,70 @@ class HopServer:
             app = web.Application()
             app["hop"] = hop
             app.router.add_route("*", "/{tail:.*}", self._proxy)
-            await self._serve(app, hop.spec.host, hop.spec.port)
+            hop.runner, hop.site = await self._serve(app, hop.spec.host, hop.spec.port)
         control = web.Application()
         control.router.add_get("/health", self._health)
         control.router.add_get("/hops", self._list_hops)
         control.router.add_get("/hops/{hop}/faults", self._list_faults)
         control.router.add_post("/hops/{hop}/faults", self._add_fault)
         control.router.add_delete("/hops/{hop}/faults/{name}", self._remove_fault)
+        control.router.add_post("/hops/{hop}/refuse", self._refuse)
         control.router.add_get("/records", self._records)
         await self._serve(control, *self.control)
 
-    async def _serve(self, app: web.Application, host: str, port: int) -> None:
+    async def _serve(
+        self, app: web.Application, host: str, port: int
+    ) -> tuple[web.AppRunner, web.TCPSite]:
         # handler_cancellation: a client that leaves cancels its handler (recorded as such).
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
         self.runners.append(runner)
+        return runner, site
+
+    # -- a faithful chain: a refused upstream is refused here too ----------------------------
+
+    async def refuse(self, hop: Hop, announced: bool) -> None:
+        """Mirror an upstream that refuses connections: close the hop's listener (a gateway's
+        connect is refused, as it would be without the hop, so a gateway that retries only
+        requests it has not sent retries this one) and its open connections (as the upstream's
+        are gone), until the upstream accepts again; then listen again. ``announced``: the
+        upstream is about to refuse (a cut about to be applied); if it never does within
+        ``ANNOUNCED_GRACE_S``, the hop listens again."""
+        if hop.refusing is not None or hop.site is None or hop.runner is None:
+            return
+        await hop.site.stop()
+        server = hop.runner.server
+        for handler in list(server.connections if server is not None else ()):
+            handler.force_close()
+        logger.info("hop %s: its upstream refuses; so does the hop", hop.spec.name)
+        hop.refusing = asyncio.create_task(self._listen_when_accepted(hop, announced))
+
+    async def _listen_when_accepted(self, hop: Hop, announced: bool) -> None:
+        host, port = _address_of(hop.spec.upstream)
+        began = time.monotonic()
+        refused_seen = not announced
+        while True:
+            await asyncio.sleep(REFUSAL_PROBE_S)
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+            except (OSError, TimeoutError):
+                refused_seen = True
+                continue
+            writer.close()
+            if refused_seen or time.monotonic() - began > ANNOUNCED_GRACE_S:
+                break
+        assert hop.runner is not None
+        hop.site = web.TCPSite(hop.runner, hop.spec.host, hop.spec.port, reuse_address=True)
+        await hop.site.start()
+        hop.refusing = None
+        logger.info("hop %s: its upstream accepts again; so does the hop", hop.spec.name)
 
     async def stop(self) -> None:
+        for hop in self.hops.values():
+            if hop.refusing is not None:
+                hop.refusing.cancel()
         for runner in self.runners:
             await runner.cleanup()
         for hop in self.hops.values():
@@ -218,6 +280,7 @@ class HopServer:
                     "upstream": hop.spec.upstream,
                     "faults": [f.as_json() for f in hop.faults.values()],
                     "requests": hop.requests,
+                    "refusing": hop.refusing is not None,
                 }
                 for name, hop in self.hops.items()
             }
@@ -247,6 +310,12 @@ class HopServer:
             return web.json_response({"message": "no such fault"}, status=404)
         logger.info("hop %s: fault %s removed after %d hits", hop.spec.name, fault.name, fault.hits)
         return web.json_response(fault.as_json())
+
+    async def _refuse(self, request: web.Request) -> web.Response:
+        """The upstream is about to refuse connections (a cut): refuse them here first."""
+        hop = self._hop(request)
+        await self.refuse(hop, announced=True)
+        return web.json_response({"hop": hop.spec.name, "refusing": hop.refusing is not None})
 
     async def _records(self, request: web.Request) -> web.Response:
         since = int(request.query.get("since", 0))
@@ -298,6 +367,8 @@ class HopServer:
             gone = _client_gone(request)
             record["outcome"] = "client_disconnected" if gone else "upstream_error"
             record["error"] = str(exc) or type(exc).__name__
+            if _refused(exc):  # unannounced (an upstream gone): refused from the next one on
+                await self.refuse(hop, announced=False)
             # Transparent to the gateway: an upstream that refused, reset or broke off is a
             # dropped connection here too, never an answer the hop made up (a 502, or a clean
             # end of a stream that was cut).
@@ -331,6 +402,17 @@ class HopServer:
                 await asyncio.sleep(rule.delay)
             await answer.start(upstream.status, out)
             await _stream(upstream.content, answer, rule)
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, ClientConnectorError) and isinstance(
+        exc.os_error, ConnectionRefusedError
+    )
+
+
+def _address_of(url: str) -> tuple[str, int]:
+    parsed = urlsplit(url)
+    return parsed.hostname or "127.0.0.1", parsed.port or (443 if parsed.scheme == "https" else 80)
 
 
 def _client_gone(request: web.Request) -> bool:
