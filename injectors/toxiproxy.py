@@ -28,8 +28,8 @@ from typing import Any
 from drills.common.errors import HopError, InputError, RevertError, ToxiproxyError
 from drills.common.hop import HopClient
 from drills.common.toxiproxy import Proxy, Toxic, ToxiproxyClient
-from drills.model.faults import DownFault
 from injectors.base import InjectionContext
+from injectors.specs.toxiproxy import DownFault
 
 __all__ = ["ToxiproxyInjector", "revert_entry"]
 
