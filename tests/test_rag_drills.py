@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drills.engine.options import RunOptions
-from drills.engine.runner import Runner
-from drills.model.scenario import Attach, load_scenario
+from drills.model.scenario import load_scenario
 from tests.conftest import RunningStack, run_embedded, run_twin
 from tests.helpers import drill_account, shortened, twin_account
 
@@ -29,41 +27,26 @@ def sized(drill: Path, tmp_path: Path) -> Path:
     return shortened(drill, tmp_path, baseline="10s", recovery="20s")
 
 
-def run(path: Path, gateway: str, stack: RunningStack, tmp_path: Path) -> dict:
-    """Run a shipped drill attached to ``gateway`` over the session stack (its tool server's
-    and Triton's metrics scraped too; its state tells the flood where the tool server is)."""
-    rag = stack.config.rag
-    assert rag is not None
-    host = stack.config.host
-    scenario, doc = load_scenario(path)
-    options = RunOptions(
-        out_dir=tmp_path / "runs",
-        ledger=tmp_path / "ledger.json",
-        state_dir=stack.state_dir,
-        # With the stack's L7 hop, as `drills run` on the profile has it: the RAG hops' checks
-        # must know that it does not front them.
-        attach=Attach(
-            gateway=gateway,
-            toxiproxy=stack.toxiproxy_url,
-            hop=stack.hop_url,
-            metrics={
-                rag.tools.name: f"http://{host}:{rag.tools.port}/metrics",
-                rag.embedder.name: f"http://{host}:{rag.embedder.metrics_port}/metrics",
-            },
-        ),
-        stack_config=str(stack.config_path),
-    )
-    return Runner(scenario, doc, options).run().model_dump(mode="json")
-
-
 def verdicts(journal: dict) -> dict[str, dict]:
     return {c["label"]: c for c in journal["checks"]}
 
 
 def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
-    journal = run(sized(VECTOR_DB_OUTAGE, tmp_path), stack.gateway_url, stack, tmp_path)
+    # As `drills run` on the embedded stack's profile: its monitoring starts for the drill.
+    journal = run_embedded(sized(VECTOR_DB_OUTAGE, tmp_path), stack, tmp_path)
     assert journal["verdict"] == "passed", drill_account(journal)
     checks = verdicts(journal)
+    # The stack's monitoring saw the outage: the retrieval alert fired and paged, naming the
+    # runbook step for answers without context; the vector DB's open breaker names the
+    # retrieval path's step, not an engine's.
+    fired = checks["alert_fired LLMRetrievalFailing during fault"]["observed"]
+    paged = checks["alert_paged LLMRetrievalFailing during fault"]["observed"]
+    assert 5 <= fired <= paged, (fired, paged)
+    (row,) = journal["detection"]
+    pages = {s["what"].split()[0]: s["runbook"] for s in row["signs"] if s["layer"] == "page"}
+    assert pages["LLMRetrievalFailing"].endswith("vector-db-outage.md#no-context-answers"), row
+    assert pages["LLMRetrievalBreakerOpen"].endswith("vector-db-outage.md#retry-amplification")
+    assert "LLMBreakerOpen" not in pages, row
     assert checks["missing_context_share during fault"]["observed"] >= 0.9
     assert checks["retrieval_recall during baseline"]["observed"] >= 0.8
     # The L7 hop fronts the model hops only: the vector DB's breaker is the gateway's word.
@@ -80,7 +63,7 @@ def test_vector_db_outage_passes_on_the_sound_policy(stack: RunningStack, tmp_pa
 def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     stack: RunningStack, tmp_path: Path
 ) -> None:
-    result, [journal] = run_twin(sized(VECTOR_DB_OUTAGE, tmp_path), stack, tmp_path)
+    result, [journal] = run_twin(sized(VECTOR_DB_OUTAGE, tmp_path), stack, tmp_path, "unsound")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert journal["twin"]["held"], twin_account(journal)
     checks = verdicts(journal)
@@ -90,6 +73,24 @@ def test_vector_db_outage_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     assert checks["retry_amplification vectordb during fault"]["observed"] >= 4
     summary = (Path(journal["run_dir"]) / "summary.md").read_text()
     assert "vector-db-outage.md#retry-amplification" in summary
+
+
+def test_vector_db_outage_on_its_dropped_pages_twin_fails_only_the_page(
+    stack: RunningStack, tmp_path: Path
+) -> None:
+    """The sound stack and the stack's own rules, with an Alertmanager route that sends every
+    alert to a receiver with no integration: the alert fires as on the drill, nobody is paged,
+    and the one check that says so is the one that fails."""
+    result, [journal] = run_twin(
+        sized(VECTOR_DB_OUTAGE, tmp_path), stack, tmp_path, "dropped-pages"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert journal["twin"]["held"], twin_account(journal)
+    checks = verdicts(journal)
+    failed = {label for label, c in checks.items() if not c["passed"]}
+    assert failed == {"alert_paged LLMRetrievalFailing during fault"}, failed
+    assert checks["alert_fired LLMRetrievalFailing during fault"]["passed"]
+    assert journal["pages"] == []
 
 
 def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:

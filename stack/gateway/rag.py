@@ -193,6 +193,8 @@ class RagPath:
         self.breaker_names = (rag.embedder.name, rag.vector_db.name)
         for name in self.breaker_names:
             self.hops.breaker(name)
+        for outcome in ("context", "no_context", "error"):
+            self.metrics.rag_answers.labels(outcome)  # born at zero (HopPolicy.breaker: why)
 
     async def aclose(self) -> None:
         await self.http.aclose()
