@@ -190,12 +190,17 @@ def test_the_breaker_alert_fires_pages_and_resolves_in_time(
         for p in pages
         for a in p["alerts"]
     ), pages
-    # The detection matrix: the fault was seen at the hop, alerted on and paged, each with a
-    # time, and the alert and page name the runbook step.
+    # The detection matrix: the breaker opening claimed by the gateway, the alert and the page,
+    # each with a time, and the alert and page name the runbook step. The L7 hop refused
+    # connections to vllm-0 while its proxy was cut (a faithful chain: the gateway sees the
+    # refusal it would see without the hop), so the gateway's attempts could not be seen
+    # there, and the matrix says so rather than reading a breaker into requests that missed it.
     (row,) = journal["detection"]
     assert row["detected"] and row["what"] == "toxiproxy.down on vllm-0", row
     signs = {s["layer"]: s for s in row["signs"]}
-    assert signs["gateway, seen at the hop"]["after"] is not None, row
+    at_hop = signs["gateway, seen at the hop"]
+    assert at_hop["after"] is None and "refused connections to vllm-0" in at_hop["what"], row
+    assert signs["gateway, its claim"]["after"] is not None, row
     firing = [s for s in row["signs"] if s["layer"] == "alert firing"]
     assert any(s["what"].startswith("LLMBreakerOpen{") for s in firing), row
     assert all(s["runbook"] for s in firing if s["what"].startswith("LLMBreakerOpen")), row

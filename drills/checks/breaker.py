@@ -70,9 +70,10 @@ def check_breaker_opened_within(check: Check, ev: Evaluation) -> CheckResult:
     applied = min(applied_at(f) for f in faults)
     hop = check.target or ""
     claimed, claim = claimed_opening(ev, hop, applied)
-    if not observed.behind_hop(ev, hop):
+    refused = observed.refused_at_hop(ev, hop, applied, ev.run_window[1])
+    if not observed.behind_hop(ev, hop) or refused:
         outcome = result(check, name, claimed, 1 if claimed is not None else 0, claim)
-        return _as_claimed(outcome, claim, claimed, ev, hop)
+        return _as_claimed(outcome, claim, claimed, ev, hop, refused)
     seen, needed = observed.openings(ev, hop, applied, ev.run_window[1])
     if not seen:
         outcome = result(
@@ -126,10 +127,19 @@ def claimed_opening(ev: Evaluation, hop: str, applied: float) -> tuple[float | N
 
 
 def _as_claimed(
-    outcome: CheckResult, claim: str, value: float | None, ev: Evaluation, hop: str
+    outcome: CheckResult,
+    claim: str,
+    value: float | None,
+    ev: Evaluation,
+    hop: str,
+    refused: str | None = None,
 ) -> CheckResult:
+    """The gateway's claim as the result, and why nothing was seen from outside: no hop, a
+    hop that does not front ``hop``, or one that refused its calls (``refused``)."""
     outcome.source = "claimed"
-    if value is not None:
+    if refused:
+        outcome.reason += f" ({refused}; {claim})"
+    elif value is not None:
         why = (
             "no L7 hop to see it from outside"
             if ev.hop_records is None
@@ -163,10 +173,11 @@ def check_breaker_opens(check: Check, ev: Evaluation) -> CheckResult:
     start, end = ev.window(check.during)
     hop = check.target or ""
     claimed, claim = _claimed_opens(ev, hop, start, end)
-    if not observed.behind_hop(ev, hop):
+    refused = observed.refused_at_hop(ev, hop, start, end)
+    if not observed.behind_hop(ev, hop) or refused:
         if claimed is None:
-            return _as_claimed(result(check, name, None, 0, claim), claim, None, ev, hop)
-        return _as_claimed(result(check, name, claimed, 1), claim, claimed, ev, hop)
+            return _as_claimed(result(check, name, None, 0, claim), claim, None, ev, hop, refused)
+        return _as_claimed(result(check, name, claimed, 1), claim, claimed, ev, hop, refused)
     seen = float(len(observed.openings(ev, hop, start, end)[0]))
     outcome = result(check, name, seen, len(ev.records))
     outcome.reason += f" (seen at the L7 hop: the gateway stopped sending to {hop} {seen:g} times)"

@@ -99,7 +99,10 @@ def _gateway(ev: Evaluation, fault: FaultRecord, applied: float) -> list[Detecti
     signs: list[DetectionSign] = []
     if ev.hop_records is not None and not observed.behind_hop(ev, hop):
         return signs  # not an upstream the gateway sends to through the hop: nothing to read
-    if ev.hop_records is not None:
+    refused = observed.refused_at_hop(ev, hop, applied, ev.run_window[1])
+    if refused:
+        signs.append(_sign("gateway, seen at the hop", None, refused))
+    elif ev.hop_records is not None:
         seen, needed = observed.openings(ev, hop, applied, ev.run_window[1])
         signs.append(
             _sign(

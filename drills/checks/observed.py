@@ -34,6 +34,7 @@ __all__ = [
     "find_openings",
     "model_calls",
     "openings",
+    "refused_at_hop",
     "share",
     "skip_run",
 ]
@@ -44,6 +45,24 @@ def behind_hop(ev: Evaluation, hop: str) -> bool:
     (the model hops), so what reached it can be seen there. The vector DB and the tool
     server are reached through Toxiproxy only: no L7 hop sees their calls."""
     return ev.hop_records is not None and any(r.hop == hop for r in ev.hop_records)
+
+
+def refused_at_hop(ev: Evaluation, hop: str, start: float, end: float) -> str | None:
+    """Why the hop could not see the gateway's attempts at ``hop`` in ``[start, end]``, or
+    ``None``. A cut announced to the hop (``toxiproxy.down`` behind it: its evidence's
+    ``hops_refusing``) makes the hop refuse connections as the cut upstream does, so that a
+    gateway retries as it would without the hop; then its attempts never reach the hop, and
+    a run of requests that missed it says nothing of a breaker."""
+    for fault in ev.faults:
+        if fault.applied_at is None or hop not in (fault.evidence or {}).get("hops_refusing", []):
+            continue
+        if fault.applied_at <= end and (fault.reverted_at or end) >= start:
+            return (
+                f"the L7 hop refused connections to {hop} while {fault.kind} on "
+                f"{fault.target} held (as the cut upstream did, so that the gateway retries as "
+                "it would without the hop): the gateway's attempts could not be seen there"
+            )
+    return None
 
 
 def model_calls(ev: Evaluation, hop: str | None = None) -> list[HopRecord]:
