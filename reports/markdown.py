@@ -54,7 +54,8 @@ def _twin_role(journal: Journal, label: str, passed: bool) -> str:
 
 
 def _detection_lines(journal: Journal) -> list[str]:
-    """The detection matrix: per fault, the first sign at each layer (nothing: no fault)."""
+    """The detection matrix: per fault or load spike, the first sign at each layer (nothing:
+    neither)."""
     if not journal.detection:
         return []
     lines = ["", "| fault | layer | after | what |", "|---|---|---|---|"]

@@ -339,3 +339,94 @@ def test_the_detection_matrix_reads_each_engines_own_metrics() -> None:
         ("page", "no page reached the pager after the fault"),
     }
     assert not quiet.detected
+
+
+def spike_scenario(*checks: dict[str, Any]) -> Scenario:
+    """No fault: 1 user, 4 from +10 s for 10 s (the phases of ``ev``, renamed)."""
+    return Scenario.model_validate(
+        {
+            "drill": "t",
+            "title": "t",
+            "load": {"users": 4, "shape": {"kind": "spike", "base": 1, "at": "10s", "for": "10s"}},
+            "phases": [
+                {"name": "baseline", "duration": "10s"},
+                {"name": "spike", "duration": "10s"},
+                {"name": "after", "duration": "20s"},
+            ],
+            "expect": list(checks) or [{"check": "error_rate", "below": 0.5}],
+        }
+    )
+
+
+def spike_ev(s: Scenario, **kw: Any) -> Evaluation:
+    phases = {
+        "baseline": (T0, T0 + 10),
+        "spike": (T0 + 10, T0 + 20),
+        "after": (T0 + 20, T0 + 40),
+    }
+    probes = [Probe.model_validate(p) for p in kw.pop("probes", [])]
+    return Evaluation(s, [], phases, (T0, T0 + 40), [], probes, **kw)
+
+
+def test_a_load_spike_is_detected_and_paged_from_its_start_as_a_fault_would_be() -> None:
+    """A drill with no fault (the evening peak): the detection matrix has a row for the spike,
+    timed from the instant the load shape raises the users (the run's origin + ``at``), and
+    the page checks measure from it. A phase where neither a fault nor the spike began has
+    nothing to measure from, and says so."""
+    from drills.checks.detection import detection_matrix
+    from drills.checks.onset import onsets_of
+    from drills.model.journal import Page
+
+    page = Page.model_validate(
+        {
+            "received_at": T0 + 10 + 7.5,
+            "status": "firing",
+            "receiver": "on-call",
+            "alerts": [
+                {
+                    "name": "LLMFirstTokenSlow",
+                    "status": "firing",
+                    "annotations": {"runbook_url": "runbooks/q.md#detection"},
+                }
+            ],
+        }
+    )
+    s = spike_scenario(
+        {"check": "alert_paged", "alert": "LLMFirstTokenSlow", "during": "spike", "within": "10s"},
+        {"check": "alert_paged", "alert": "LLMFirstTokenSlow", "during": "spike", "within": "5s"},
+        {
+            "check": "alert_paged",
+            "alert": "LLMFirstTokenSlow",
+            "during": "baseline",
+            "within": "5s",
+        },
+    )
+    probes = [
+        engine_scrape(5, "vllm-0", waiting=0),
+        engine_scrape(14, "vllm-0", waiting=3),
+    ]
+    run = spike_ev(s, probes=probes, pages=[page])
+    (spike,) = onsets_of(run, "spike")
+    assert (spike.at, spike.ended_at, spike.phase) == (T0 + 10, T0 + 20, "spike")
+    assert spike.what == "the load spike (1 to 4 users)" and spike.fault is None
+    assert onsets_of(run, "baseline") == [] and onsets_of(run, None) == [spike]
+
+    in_time, late, nothing = evaluate(run)
+    assert in_time.passed and in_time.observed == pytest.approx(7.5)
+    assert "7.5s after the load spike (1 to 4 users) began" in in_time.reason
+    assert not late.passed and late.observed == pytest.approx(7.5)
+    assert not nothing.passed and nothing.observed is None
+    assert "no fault was applied and no load spike began in phase baseline" in nothing.reason
+
+    (row,) = detection_matrix(run, [])
+    assert row.fault is None and row.phase == "spike" and row.applied_at == T0 + 10
+    signs = {s.layer: (s.after, s.what) for s in row.signs}
+    assert signs["client"] == (None, "every answer during the spike was a normal one")
+    assert signs["engine, its metrics"] == (
+        pytest.approx(4.0),
+        "vllm-0: requests waiting rose to 3 (before the spike: at most 0)",
+    )
+    assert signs["page"][0] == pytest.approx(7.5)
+    assert signs["alert firing"] == (None, "no alert fired after the spike")
+    assert "gateway, its claim" not in signs  # no upstream was faulted: nothing to claim
+    assert row.detected

@@ -175,6 +175,10 @@ def test_the_target_rules_of_the_builtin_families() -> None:
         "breaker_opened_within": "faulted_hop",
         "replacement_ready_within": "killed",
         "recovered_within": "any_fault",
+        # Timed from a fault's application or a load spike's start (drills.checks.onset).
+        "alert_fired": "onset",
+        "alert_paged": "onset",
+        "alert_resolved_within": "onset",
     }
 
 

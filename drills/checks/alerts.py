@@ -4,13 +4,15 @@ Each reads the team's own Prometheus (``stack.attach.prometheus``; the ``ALERTS`
 rule evaluation writes, one per alert and state) or the harness's pager (``stack.attach.pager``:
 what Alertmanager actually sent), never the stack's claims about itself:
 
-- ``alert_fired``: the alert began firing ``within`` the fault's application (the first fault
-  applied in the check's ``during`` phase, else in the run). An alert that was already firing
-  when the fault was applied proves nothing about this fault, and fails.
+- ``alert_fired``: the alert began firing ``within`` the onset: the application of the first
+  fault applied in the check's ``during`` phase (else in the run), or, in a phase with no fault,
+  the start of the load spike that began there (``drills.checks.onset``). An alert that was
+  already firing at the onset proves nothing about it, and fails.
 - ``alert_paged``: a notification naming the alert (firing) reached the pager ``within`` the
-  fault's application; the runbook its ``runbook_url`` names is in the reason.
-- ``alert_resolved_within``: after the phase's faults were reverted, the alert stopped firing
-  ``within`` this. An alert that never fired resolves nothing, and fails.
+  onset; the runbook its ``runbook_url`` names is in the reason.
+- ``alert_resolved_within``: after the phase's faults were reverted (or its load spike ended),
+  the alert stopped firing ``within`` this. An alert that never fired resolves nothing, and
+  fails.
 - ``alert_quiet``: no alert whose name matches ``alert`` (a regular expression, as PromQL's
   ``=~``; any alert without it) fired in the window: no false page in the baseline.
 
@@ -26,7 +28,8 @@ from typing import Any
 
 import httpx
 
-from drills.checks.base import Evaluation, applied_faults, formatted
+from drills.checks.base import Evaluation, formatted
+from drills.checks.onset import onsets_of
 from drills.checks.promql import client_for
 from drills.common.errors import ConfigError
 from drills.common.prometheus import PrometheusQueryError
@@ -34,7 +37,7 @@ from drills.common.redact import redact_url
 from drills.common.yamlsrc import YamlDocument, located
 from drills.model.check_families import ALERT_FAMILIES, ALERT_TIMED
 from drills.model.expect import Check
-from drills.model.journal import CheckResult, FaultRecord
+from drills.model.journal import CheckResult
 from drills.model.scenario import PrometheusEndpoint, Scenario, expand_env
 
 __all__ = [
@@ -92,16 +95,6 @@ def _verdict(
     )
 
 
-def _faults(check: Check, ev: Evaluation) -> list[FaultRecord]:
-    """The applied faults the check measures from: those of its phase, else the run's."""
-    faults = applied_faults(ev)
-    return [f for f in faults if f.phase == check.during] if check.during else faults
-
-
-def _what(fault: FaultRecord) -> str:
-    return f"{fault.kind} on {fault.target}"
-
-
 def _step(start: float, end: float) -> float:
     return max(0.25, (end - start) / 10000)
 
@@ -143,13 +136,11 @@ def check_alert_fired(check: Check, ev: Evaluation) -> CheckResult:
     missing = _need_prometheus(check, ev, "alert_fired")
     if missing is not None:
         return missing
-    faults = _faults(check, ev)
-    if not faults:
-        return _verdict(
-            check, None, 0, f"no fault was applied {_in(check)}: nothing to detect", "alert_fired"
-        )
-    applied = min(f.applied_at or 0.0 for f in faults)
-    first = min(faults, key=lambda f: f.applied_at or 0.0)
+    measured = onsets_of(ev, check.during)
+    if not measured:
+        return _verdict(check, None, 0, f"{_nothing(check)}: nothing to detect", "alert_fired")
+    first = measured[0]
+    applied = first.at
     start, end = min(ev.run_window[0], applied), max(ev.run_window[1], applied)
     firing, step, where = _alerts(ev, alert_selector(check, "firing"), start, end)
     if firing is None:
@@ -163,8 +154,8 @@ def check_alert_fired(check: Check, ev: Evaluation) -> CheckResult:
             check,
             None,
             len(times),
-            f"{name} was already firing when {_what(first)} was applied: it cannot tell this "
-            f"fault (at {where})",
+            f"{name} was already firing when {first.what} {first.began}: it cannot tell it "
+            f"(at {where})",
             "alert_fired",
         )
     if not after:
@@ -179,8 +170,8 @@ def check_alert_fired(check: Check, ev: Evaluation) -> CheckResult:
             check,
             None,
             0,
-            f"{name} did not fire in the {end - applied:.0f}s from {_what(first)} being applied "
-            f"to the run's end{held} (at {where}): the fault was not detected",
+            f"{name} did not fire in the {end - applied:.0f}s from the moment {first.what} "
+            f"{first.began} to the run's end{held} (at {where}): it was not detected",
             "alert_fired",
         )
     fired = after[0] - applied
@@ -193,7 +184,7 @@ def check_alert_fired(check: Check, ev: Evaluation) -> CheckResult:
         check,
         fired,
         len(after),
-        f"{name} fired {fired:.1f}s after {_what(first)} was applied{pended} ({verdict}; "
+        f"{name} fired {fired:.1f}s after {first.what} {first.began}{pended} ({verdict}; "
         f"ALERTS at {step:g}s steps, at {where})",
         "alert_fired",
     )
@@ -203,25 +194,37 @@ def _in(check: Check) -> str:
     return f"in phase {check.during}" if check.during else "in the run"
 
 
+def _nothing(check: Check) -> str:
+    return f"no fault was applied and no load spike began {_in(check)}"
+
+
 def check_alert_resolved_within(check: Check, ev: Evaluation) -> CheckResult:
     family = "alert_resolved_within"
     missing = _need_prometheus(check, ev, family)
     if missing is not None:
         return missing
-    faults = _faults(check, ev)
-    reverted = [f.reverted_at for f in faults if f.reverted_at is not None]
-    if not faults or len(reverted) < len(faults):
-        return _verdict(check, None, 0, f"no fault {_in(check)} was applied and reverted", family)
+    measured = onsets_of(ev, check.during)
+    reverted = [o.ended_at for o in measured if o.ended_at is not None]
+    if not measured or len(reverted) < len(measured):
+        return _verdict(
+            check,
+            None,
+            0,
+            f"no fault {_in(check)} was applied and reverted, and no load spike began and "
+            "ended there",
+            family,
+        )
     revert = max(reverted)
+    ends = "the fault was reverted" if measured[0].fault is not None else "the load spike ended"
     start, end = ev.run_window[0], max(ev.run_window[1], revert)
     firing, step, where = _alerts(ev, alert_selector(check, "firing"), start, end)
     if firing is None:
         return _verdict(check, None, 0, where, family)
     times = _times(firing)
     name = _named(check)
-    if not [t for t in times if t >= min(f.applied_at or 0.0 for f in faults)]:
+    if not [t for t in times if t >= measured[0].at]:
         return _verdict(
-            check, None, 0, f"{name} never fired after the fault: nothing resolved", family
+            check, None, 0, f"{name} never fired after {measured[0].what}: nothing resolved", family
         )
     after = [t for t in times if t >= revert - step]
     if not after or after[0] > revert + step:
@@ -229,7 +232,7 @@ def check_alert_resolved_within(check: Check, ev: Evaluation) -> CheckResult:
             check,
             0.0,
             len(times),
-            f"{name} had stopped firing when the fault was reverted (at {where})",
+            f"{name} had stopped firing when {ends} (at {where})",
             family,
         )
     last = after[0]
@@ -242,8 +245,8 @@ def check_alert_resolved_within(check: Check, ev: Evaluation) -> CheckResult:
             check,
             None,
             len(times),
-            f"{name} was still firing at the run's end, {end - revert:.0f}s after the fault was "
-            f"reverted (at {where})",
+            f"{name} was still firing at the run's end, {end - revert:.0f}s after {ends} "
+            f"(at {where})",
             family,
         )
     ended = max(0.0, last + step - revert)
@@ -251,7 +254,7 @@ def check_alert_resolved_within(check: Check, ev: Evaluation) -> CheckResult:
         check,
         ended,
         len(times),
-        f"{name} stopped firing {ended:.1f}s after the fault was reverted (at {where})",
+        f"{name} stopped firing {ended:.1f}s after {ends} (at {where})",
         family,
     )
 
@@ -311,13 +314,11 @@ def check_alert_paged(check: Check, ev: Evaluation) -> CheckResult:
             "no pager ran: the drill names none (stack.attach.pager, or --pager HOST:PORT)",
             family,
         )
-    faults = _faults(check, ev)
-    if not faults:
-        return _verdict(
-            check, None, 0, f"no fault was applied {_in(check)}: nothing to page", family
-        )
-    first = min(faults, key=lambda f: f.applied_at or 0.0)
-    applied = first.applied_at or 0.0
+    measured = onsets_of(ev, check.during)
+    if not measured:
+        return _verdict(check, None, 0, f"{_nothing(check)}: nothing to page", family)
+    first = measured[0]
+    applied = first.at
     matching = [
         (page, alert)
         for page in ev.pages
@@ -331,8 +332,8 @@ def check_alert_paged(check: Check, ev: Evaluation) -> CheckResult:
     if not after:
         earlier = [p for p, _ in matching if p.received_at < applied]
         why = (
-            f"; it was paged {applied - earlier[-1].received_at:.0f}s before the fault: it was "
-            "already firing"
+            f"; it was paged {applied - earlier[-1].received_at:.0f}s before {first.what} "
+            f"{first.began}: it was already firing"
             if earlier
             else ""
         )
@@ -340,7 +341,7 @@ def check_alert_paged(check: Check, ev: Evaluation) -> CheckResult:
             check,
             None,
             0,
-            f"no page for {name} reached the pager after {_what(first)} was applied "
+            f"no page for {name} reached the pager after {first.what} {first.began} "
             f"({len(ev.pages)} notifications in all){why}: the on-call was not paged",
             family,
         )
@@ -354,7 +355,7 @@ def check_alert_paged(check: Check, ev: Evaluation) -> CheckResult:
         check,
         paged,
         len(after),
-        f"the page for {name} reached the pager {paged:.1f}s after {_what(first)} was applied"
+        f"the page for {name} reached the pager {paged:.1f}s after {first.what} {first.began}"
         f"{fired}{named}",
         family,
     )

@@ -1,8 +1,9 @@
 """The detection matrix: for each fault, how long until each layer showed it.
 
 A game day asks first whether the team saw the failure, and how fast. For every applied fault
-this reads, from what the run recorded, the time from the fault's application to the first
-sign at each layer, or says that the layer did not show it:
+(and a load spike: ``drills.checks.onset``) this reads, from what the run recorded, the time
+from the fault's application (the spike's start) to the first sign at each layer, or says that
+the layer did not show it:
 
 - ``client``: the first answer after the fault that was an error or the degraded path's
   (the time the client got it);
@@ -28,9 +29,10 @@ from typing import Any
 import httpx
 
 from drills.checks import observed
-from drills.checks.base import Evaluation, applied_faults
+from drills.checks.base import Evaluation
 from drills.checks.breaker import claimed_opening
 from drills.checks.engine import ENGINE_METRICS, engine_sources
+from drills.checks.onset import Onset, onsets
 from drills.checks.promql import client_for
 from drills.common.prometheus import PrometheusQueryError
 from drills.model.journal import Detection, DetectionSign, FaultRecord, Probe
@@ -73,8 +75,8 @@ def _sign(layer: str, after: float | None, what: str, runbook: str | None = None
     return DetectionSign(layer=layer, after=after, what=what, runbook=runbook)
 
 
-def _client(ev: Evaluation, fault: FaultRecord, applied: float) -> DetectionSign:
-    end = fault.reverted_at or ev.run_window[1]
+def _client(ev: Evaluation, onset: Onset, applied: float) -> DetectionSign:
+    end = onset.ended_at or ev.run_window[1]
     seen = []
     for record in ev.records:
         answered = record.start + (record.e2e or 0.0)
@@ -88,10 +90,12 @@ def _client(ev: Evaluation, fault: FaultRecord, applied: float) -> DetectionSign
             )
             seen.append((answered, kind))
     if not seen:
-        return _sign("client", None, "every answer during the fault was a normal one")
+        during = "the fault" if onset.fault is not None else "the spike"
+        return _sign("client", None, f"every answer during {during} was a normal one")
     at, kind = min(seen)
     count = len(seen)
-    return _sign("client", max(0.0, at - applied), f"first {kind} ({count} in the fault window)")
+    window = "the fault window" if onset.fault is not None else "the spike"
+    return _sign("client", max(0.0, at - applied), f"first {kind} ({count} in {window})")
 
 
 def _gateway(ev: Evaluation, fault: FaultRecord, applied: float) -> list[DetectionSign]:
@@ -127,7 +131,9 @@ def _total(probe: Probe, name: str) -> float | None:
     return sum(values) if values else None
 
 
-def _engine_change(probes: list[Probe], applied: float) -> tuple[float, str] | None:
+def _engine_change(
+    probes: list[Probe], applied: float, it: str = "the fault"
+) -> tuple[float, str] | None:
     """The first time after ``applied`` one engine's own metrics showed something, and what."""
     before = [p for p in probes if p.time < applied and p.error is None]
     waited = [w for p in before if (w := _total(p, WAITING)) is not None]
@@ -144,19 +150,19 @@ def _engine_change(probes: list[Probe], applied: float) -> tuple[float, str] | N
         if waited and waiting is not None and waiting > max(waited):
             return (
                 probe.time,
-                f"requests waiting rose to {waiting:g} (before the fault: at most {max(waited):g})",
+                f"requests waiting rose to {waiting:g} (before {it}: at most {max(waited):g})",
             )
     return None
 
 
-def _engines(ev: Evaluation, applied: float, end: float) -> list[DetectionSign]:
+def _engines(ev: Evaluation, applied: float, end: float, it: str) -> list[DetectionSign]:
     sources = engine_sources(ev)
     signs = []
     for source in sources:
         probes = sorted(
             (p for p in ev.probes if p.source == source and p.time <= end), key=lambda p: p.time
         )
-        change = _engine_change(probes, applied)
+        change = _engine_change(probes, applied, it)
         if change is not None:
             signs.append(
                 _sign("engine, its metrics", change[0] - applied, f"{source}: {change[1]}")
@@ -217,14 +223,17 @@ def _pages(ev: Evaluation, applied: float) -> list[DetectionSign]:
 
 
 def detection_matrix(ev: Evaluation, history: list[dict[str, Any]] | None) -> list[Detection]:
-    """One row per applied fault: the first sign of it at each layer."""
+    """One row per applied fault, and one for a load spike: the first sign of it at each
+    layer."""
     rows = []
-    for fault in applied_faults(ev):
-        applied = fault.applied_at or 0.0
+    for onset in onsets(ev):
+        applied = onset.at
+        fault = onset.fault
+        it = "the fault" if fault is not None else "the spike"
         signs = [
-            _client(ev, fault, applied),
-            *_gateway(ev, fault, applied),
-            *_engines(ev, applied, fault.reverted_at or ev.run_window[1]),
+            _client(ev, onset, applied),
+            *(_gateway(ev, fault, applied) if fault is not None else []),
+            *_engines(ev, applied, onset.ended_at or ev.run_window[1], it),
             *_alerts(history, applied),
             *_pages(ev, applied),
         ]
@@ -232,16 +241,16 @@ def detection_matrix(ev: Evaluation, history: list[dict[str, Any]] | None) -> li
         if history is None:
             signs.append(_sign("alerts", None, "not read: the drill names no Prometheus"))
         elif "alert firing" not in layers:
-            signs.append(_sign("alert firing", None, "no alert fired after the fault"))
+            signs.append(_sign("alert firing", None, f"no alert fired after {it}"))
         if ev.pages is None:
             signs.append(_sign("page", None, "not read: the drill runs no pager"))
         elif "page" not in layers:
-            signs.append(_sign("page", None, "no page reached the pager after the fault"))
+            signs.append(_sign("page", None, f"no page reached the pager after {it}"))
         rows.append(
             Detection(
-                fault=fault.index,
-                what=f"{fault.kind} on {fault.target}",
-                phase=fault.phase,
+                fault=fault.index if fault is not None else None,
+                what=onset.what,
+                phase=onset.phase or "",
                 applied_at=applied,
                 signs=signs,
                 detected=any(s.after is not None for s in signs),

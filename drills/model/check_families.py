@@ -79,12 +79,13 @@ class CheckFamily:
     parts: frozenset[str] = frozenset()
     """Optional parts of the embedded stack a check of this family needs started (``rag``:
     the retrieval and agent path)."""
-    target_rule: Literal["faulted_hop", "killed", "any_fault"] | None = None
+    target_rule: Literal["faulted_hop", "killed", "any_fault", "onset"] | None = None
     """What the drill must inject for a check of this family to have something to judge,
     refused at the check's line otherwise: ``faulted_hop``, a fault on its ``target`` when
     every fault is on a Toxiproxy hop (a kill names its container or pod apart from the
     breaker's upstream); ``killed``, a fault that takes its ``target`` away
-    (``FaultSpec.kills``); ``any_fault``, a fault of any kind."""
+    (``FaultSpec.kills``); ``any_fault``, a fault of any kind; ``onset``, a fault or a load
+    spike that begins in the check's phase (in the run, without one: ``drills.checks.onset``)."""
     worse: Literal["higher", "lower"] | None = None
     """Which way of its value is worse, where every check of the family agrees (latency:
     higher); a relative bound (``not_worse_than``) uses it when the check has no bound to say.
@@ -194,7 +195,15 @@ BUILTIN: tuple[CheckFamily, ...] = (
     _builtin("promql", "promql", "number", fields=("query",), reads=_MONITOR),
     # Did the team's monitoring see it (``drills.checks.alerts``): bounded by ``within``.
     *(
-        _builtin(name, "alerts", "duration", needs_bound=False, fields=("alert",), reads=_MONITOR)
+        _builtin(
+            name,
+            "alerts",
+            "duration",
+            needs_bound=False,
+            fields=("alert",),
+            reads=_MONITOR,
+            target_rule="onset",
+        )
         for name in ("alert_fired", "alert_paged", "alert_resolved_within")
     ),
     _builtin("alert_quiet", "alerts", "count", needs_bound=False, reads=_MONITOR),

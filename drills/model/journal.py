@@ -198,13 +198,15 @@ class DetectionSign(_Model):
 
 
 class Detection(_Model):
-    """One row of the detection matrix: a fault and the first sign of it at each layer."""
+    """One row of the detection matrix: a fault (or a load spike) and the first sign of it at
+    each layer."""
 
-    fault: int
-    """The fault's index in ``Journal.faults``."""
+    fault: int | None
+    """The fault's index in ``Journal.faults``; ``None``: a load spike, no fault."""
     what: str
     phase: str
     applied_at: float
+    """When the fault was applied, or the spike began."""
     signs: list[DetectionSign] = Field(default_factory=list)
     detected: bool
     """Whether any layer showed it."""

@@ -41,7 +41,7 @@ from drills.model.faults import (
     waits_for_replacement,
 )
 from drills.model.gateways import GatewayAdapter, merged
-from drills.model.load import FallbackRule, LoadConfig, ResumePolicy
+from drills.model.load import FallbackRule, LoadConfig, ResumePolicy, SpikeShape
 from drills.model.records import Record
 from drills.model.references import scenario_references
 from drills.model.spec import SpecModel as _Model
@@ -432,6 +432,30 @@ class Scenario(_Model):
                     )
             if rule == "any_fault" and not targets:
                 yield ("expect", i, "check"), "the drill injects no fault to recover from", None
+            named = check.during is None or check.during in {p.name for p in self.phases}
+            if rule == "onset" and named and not self._onset_in(check.during):
+                where = f"in phase {check.during!r}" if check.during else "in the drill"
+                yield (
+                    ("expect", i, "during" if check.during else "check"),
+                    f"nothing begins {where} to time it from: it needs a fault applied there "
+                    "or a load spike (load.shape: spike) that begins there",
+                    check.during,
+                )
+
+    def _onset_in(self, during: str | None) -> bool:
+        """Whether a fault is applied, or the load spike begins, in phase ``during`` (in the
+        drill, with ``None``)."""
+        start = 0.0
+        for phase in self.phases:
+            end = start + phase.duration
+            if during is None or phase.name == during:
+                if phase.inject:
+                    return True
+                shape = self.load.shape
+                if isinstance(shape, SpikeShape) and start <= shape.at < end:
+                    return True
+            start = end
+        return False
 
     def _group_problems(self) -> Iterator[tuple[Loc, str, Any]]:
         """Group checks name two groups the drill declares, and two different ones."""
