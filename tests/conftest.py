@@ -346,9 +346,19 @@ def processes_naming(path: Path) -> list[int]:
 def gate_drill_and_twin(
     scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str, profile: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`drills gate --twins SCENARIO EXTRA...` on the session's stack, for a drill with one
+    twin: the drill's journal, which must have passed, and its twin's, which must have held."""
+    drill, twins = gate_drill_and_twins(scenario, stack, tmp_path, *extra, profile=profile)
+    (twin,) = twins.values()
+    return drill, twin
+
+
+def gate_drill_and_twins(
+    scenario: Path, stack: RunningStack, tmp_path: Path, *extra: str, profile: bool = False
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """`drills gate --twins SCENARIO EXTRA...` on the session's stack (its state directory;
     ``profile``: its config as the drill's profile too); the drill's journal, which must have
-    passed, and its one twin's, which must have held."""
+    passed, and each twin's by name, which must have held."""
     if profile:
         extra = (*extra, "--profile", str(stack.config_path))
     out = tmp_path / "gate"
@@ -368,13 +378,21 @@ def gate_drill_and_twin(
         env=isolated_env(tmp_path),
         timeout=600,
     )
-    journals: dict[str, dict[str, Any]] = {}
+    drills: list[dict[str, Any]] = []
+    twins: dict[str, dict[str, Any]] = {}
     for path in sorted(out.glob("runs/**/journal.json")):
         journal = json.loads(path.read_text())
-        journals["twin" if journal.get("twin") else "drill"] = journal
-    assert set(journals) == {"drill", "twin"}, result.stdout[-3000:] + result.stderr[-3000:]
-    drill, twin = journals["drill"], journals["twin"]
+        if journal.get("twin"):
+            twins[journal["twin"]["name"]] = journal
+        else:
+            drills.append(journal)
+    declared = {t.key for t in load_scenario(scenario)[0].twins}
+    assert len(drills) == 1 and set(twins) == declared, (
+        result.stdout[-3000:] + result.stderr[-3000:]
+    )
+    drill = drills[0]
     assert drill["verdict"] == "passed", drill_account(drill)
-    assert twin["twin"]["held"], twin_account(twin)
+    for twin in twins.values():
+        assert twin["twin"]["held"], twin_account(twin)
     assert result.returncode == 0, result.stdout[-3000:]
-    return drill, twin
+    return drill, twins

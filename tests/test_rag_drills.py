@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drills.model.scenario import load_scenario
-from tests.conftest import RunningStack, run_embedded, run_twin
+from tests.conftest import RunningStack, processes_naming, run_embedded, run_twin
 from tests.helpers import drill_account, shortened, twin_account
 
 pytestmark = pytest.mark.stack
@@ -91,6 +92,12 @@ def test_vector_db_outage_on_its_dropped_pages_twin_fails_only_the_page(
     assert failed == {"alert_paged LLMRetrievalFailing during fault"}, failed
     assert checks["alert_fired LLMRetrievalFailing during fault"]["passed"]
     assert journal["pages"] == []
+    # The twin's Alertmanager routed every alert to the receiver with no integration, and the
+    # monitoring started for the run is gone with it.
+    home = Path(journal["run_dir"]) / "monitoring"
+    routed = yaml.safe_load((home / "alertmanager.yml").read_text())["route"]
+    assert routed["receiver"] == "nowhere", routed
+    assert processes_naming(home) == []
 
 
 def test_tool_saturation_passes_on_the_sound_policy(stack: RunningStack, tmp_path: Path) -> None:
