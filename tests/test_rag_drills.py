@@ -20,6 +20,7 @@ TOOL_SATURATION = ROOT / "scenarios" / "tool-saturation.yaml"
 # What each twin names: exactly these checks must fail on it.
 VECTOR_DB_TWIN_FAILS = set(load_scenario(VECTOR_DB_OUTAGE)[0].twin("unsound").must_fail)
 TOOL_TWIN_FAILS = set(load_scenario(TOOL_SATURATION)[0].twin("unsound").must_fail)
+TOOL_TWIN_MAY_FAIL = set(load_scenario(TOOL_SATURATION)[0].twin("unsound").may_fail)
 
 
 def sized(drill: Path, tmp_path: Path) -> Path:
@@ -138,7 +139,12 @@ def test_tool_saturation_on_its_unsound_twin_fails_exactly_the_checks_it_names(
     assert journal["twin"]["held"], flood + twin_account(journal)
     checks = verdicts(journal)
     failed = {label for label, c in checks.items() if not c["passed"]}
-    assert failed == TOOL_TWIN_FAILS, (flood, failed)
+    assert TOOL_TWIN_FAILS <= failed <= TOOL_TWIN_FAILS | TOOL_TWIN_MAY_FAIL, (flood, failed)
+    # The timeout alert fires on the twin too, only later (its agent reports a timeout once
+    # its retries are spent: see the twin's may_fail), and the page still reaches the pager.
+    fired = checks["alert_fired LLMToolTimeouts {tool=search_kb} during fault"]
+    assert fired["observed"] is not None, fired
+    assert checks["alert_paged LLMToolTimeouts {tool=search_kb} during fault"]["passed"]
     # Retries of a saturated tool add to the flood: the tool server counts them.
     amplification = checks["retry_amplification tools:search_kb during fault"]
     assert "counted by the tool server" in amplification["reason"]
