@@ -341,6 +341,27 @@ def test_the_detection_matrix_reads_each_engines_own_metrics() -> None:
     assert not quiet.detected
 
 
+def test_the_detection_matrix_keeps_the_scenarios_order_not_the_clocks() -> None:
+    """The faults of one phase are applied together; the one whose clock read first is
+    chance. The rows follow the scenario (a report that reordered them from run to run could
+    not be compared with the last), while an alert check still times from the first applied."""
+    from drills.checks.detection import detection_matrix
+    from drills.checks.onset import onsets_of
+
+    faults = [
+        fault(index=0, target="vllm-0", applied_at=T0 + 10.3),
+        fault(index=1, target="vllm-1", applied_at=T0 + 10.1),
+        fault(index=2, target="backup", applied_at=T0 + 10.2),
+    ]
+    run = ev(scenario(), [], faults=faults, probes=[], pages=[])
+    rows = detection_matrix(run, [])
+    assert [r.fault for r in rows] == [0, 1, 2]
+    assert [r.what for r in rows] == [
+        f"toxiproxy.down on {t}" for t in ("vllm-0", "vllm-1", "backup")
+    ]
+    assert onsets_of(run, "fault")[0].fault is faults[1]
+
+
 def spike_scenario(*checks: dict[str, Any]) -> Scenario:
     """No fault: 1 user, 4 from +10 s for 10 s (the phases of ``ev``, renamed)."""
     return Scenario.model_validate(

@@ -87,10 +87,17 @@ def load_spikes(ev: Evaluation) -> list[Onset]:
 
 
 def onsets(ev: Evaluation) -> list[Onset]:
-    """Every onset of the run, first first: its applied faults, then its load spike."""
-    return sorted(
-        [*(_of_fault(f) for f in applied_faults(ev)), *load_spikes(ev)], key=lambda o: o.at
-    )
+    """Every onset of the run, in the scenario's order: phase by phase, a phase's faults as
+    they are declared, then the load spike that began in it. Not by the instant each began:
+    the faults of one phase are applied together, and which one's clock read first is chance
+    (a report that reordered its rows from run to run could not be compared)."""
+    order = {name: i for i, name in enumerate(ev.phases)}
+
+    def key(o: Onset) -> tuple[int, int, float]:
+        phase = order.get(o.phase or "", len(order))
+        return (phase, o.fault.index if o.fault is not None else 1 << 30, o.at)
+
+    return sorted([*(_of_fault(f) for f in applied_faults(ev)), *load_spikes(ev)], key=key)
 
 
 def onsets_of(ev: Evaluation, during: str | None) -> list[Onset]:
