@@ -139,6 +139,7 @@ def monitoring(
 ) -> Iterator[Monitoring]:
     home = tmp_path_factory.mktemp("monitoring")
     with _monitoring(stack, home, pager_port, exporter_port=exporter_port) as running:
+        running.wait_scraped()
         yield running
 
 

@@ -117,6 +117,28 @@ class Monitoring:
                 process.kill()
                 process.wait(timeout=10)
 
+    def wait_scraped(self, timeout: float = 30.0) -> None:
+        """Wait until Prometheus has scraped every target once (``StackError`` after
+        ``timeout`` seconds naming those it has not): ready is not yet scraped, and a question
+        about which metrics exist asked before the first scrape finds none."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = []
+            try:
+                reply = httpx.get(f"{self.prometheus}/api/v1/targets?state=active", timeout=5)
+                active = reply.json()["data"]["activeTargets"]
+                pending = [t["scrapeUrl"] for t in active if t.get("health") == "unknown"]
+                if active and not pending:
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"Prometheus at {self.prometheus} had not scraped "
+                    f"{', '.join(pending) or 'any target'} in {timeout:.0f}s"
+                )
+            time.sleep(0.3)
+
     def __enter__(self) -> Monitoring:
         return self
 
