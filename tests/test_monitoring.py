@@ -85,6 +85,20 @@ def test_the_stack_rules_load_and_each_names_a_real_runbook_step() -> None:
             "check 'alert_quiet' takes no 'within'",
         ),
         (
+            "{check: error_rate, query: up, below: 0.1}",
+            "check 'error_rate' takes no 'query' (only promql does)",
+        ),
+        ("{check: promql, below: 1}", "check 'promql' needs a 'query' (a PromQL expression)"),
+        (
+            "{check: e2e.p99, during: fault, within: 5s, below: 1s}",
+            "check 'e2e.p99' takes no 'within' (only alert_fired, alert_paged, "
+            "alert_resolved_within, workflows_served, workflow_fallbacks do)",
+        ),
+        (
+            "{check: alert_resolved_within, alert: X, during: fault}",
+            "needs 'within': the longest time allowed from the fault's revert to the alert's end",
+        ),
+        (
             "{check: alert_runbook, during: fault, below: 1}",
             "check 'alert_runbook' takes no 'below' or 'above': it passes when every alert of "
             "the set that fired in the window names a runbook step that exists",

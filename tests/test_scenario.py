@@ -298,6 +298,24 @@ def test_the_published_schema_refuses_what_the_loader_refuses() -> None:
     data = yaml_of(LATENCY)
     data["load"]["warmup"] = 10  # a duration without its unit
     assert not validator.is_valid(data)
+    # Each check family's fields: those it needs, and none that only other families take.
+    for bad in (
+        {"check": "alert_fired", "during": "fault", "within": "5s"},  # no alert
+        {"check": "promql", "below": 1},  # no query
+        {"check": "error_rate", "below": 0.1, "alert": "X"},
+        {"check": "ttft.p99", "below": "1s", "within": "5s"},
+    ):
+        data = yaml_of(LATENCY)
+        data["expect"] = [bad]
+        assert not validator.is_valid(data), bad
+    for good in (
+        {"check": "alert_fired", "alert": "X", "during": "fault", "within": "5s"},
+        {"check": "alert_quiet", "alert": "LLM.*", "during": "baseline"},
+        {"check": "ttft.p99", "below": "1s"},
+    ):
+        data = yaml_of(LATENCY)
+        data["expect"] = [good]
+        assert validator.is_valid(data), good
 
 
 def yaml_of(text: str) -> dict:

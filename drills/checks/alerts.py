@@ -35,7 +35,7 @@ from drills.common.errors import ConfigError
 from drills.common.prometheus import PrometheusQueryError
 from drills.common.redact import redact_url
 from drills.common.yamlsrc import YamlDocument, located
-from drills.model.check_families import ALERT_FAMILIES, ALERT_TIMED
+from drills.model.check_families import ALERT_FAMILIES, ALERT_TIMED, reads
 from drills.model.expect import Check
 from drills.model.journal import CheckResult
 from drills.model.scenario import PrometheusEndpoint, Scenario, expand_env
@@ -383,14 +383,14 @@ def has_monitoring(
     stack has a check with nothing to read: ``alert_paged`` needs a pager, ``promql`` and the
     other alert checks a Prometheus. (The embedded stack starts its own: no refusal there.)"""
     for i, check in enumerate(scenario.expect):
-        if check.check == "alert_paged" and pager is None:
+        if reads(check.check, "pager") and pager is None:
             needs = (
                 "judges what reached the harness's pager, and the drill runs none: give "
                 "stack.attach.pager (or --pager HOST:PORT), the address your Alertmanager's "
                 "webhook receiver sends to"
             )
-        elif (check.query is not None or check.check in ALERT_FAMILIES) and prometheus is None:
-            series = "" if check.query is not None else " (its ALERTS series)"
+        elif reads(check.check, "monitoring") and prometheus is None:
+            series = " (its ALERTS series)" if check.check in ALERT_FAMILIES else ""
             needs = (
                 f"asks the team's Prometheus{series}, and the drill names none: give "
                 "stack.attach.prometheus (or --prometheus URL), or run it on the embedded "

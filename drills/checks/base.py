@@ -133,11 +133,9 @@ def conclusive(check: Check, low: float | None, high: float | None) -> bool:
 
 def formatted(value: float, family: str) -> str:
     """``value`` as a person reads it, by what the family's bounds compare with."""
-    if family == "retry_amplification":
-        return f"{value:.2f} attempts/request"
-    if family == "throughput":
-        return f"{value:.2f} req/s"
     found = next((f for f in families() if f.family == family), None)
+    if found is not None and found.unit is not None:
+        return f"{value:.2f} {found.unit}"
     bounds = found.bounds if found else "number"
     if bounds == "duration":
         return f"{value * 1000:.0f}ms" if value < 10 else f"{value:.2f}s"

@@ -28,7 +28,10 @@ __all__ = [
     "ALERT_FAMILIES",
     "ALERT_TIMED",
     "BUILTIN",
+    "GATED",
     "CheckFamily",
+    "accepting",
+    "accepts",
     "families",
     "family_of",
     "known_checks",
@@ -73,7 +76,8 @@ class CheckFamily:
     """Fields this family requires besides a bound (``source``, ``metric``)."""
     reads: frozenset[str] = frozenset()
     """What the run must collect for this family, beyond the requests: ``monitoring`` (a
-    Prometheus and the pager: the embedded stack's, or the team's), ``engine_metrics`` (an
+    Prometheus and the pager: the embedded stack's, or the team's), ``pager`` (what reached
+    the harness's pager: an attached drill must name one), ``engine_metrics`` (an
     engine's own metrics, by ``source``), ``agent_tasks`` (the tool server's audit log),
     ``recall_probe`` (the retrieval recall probe)."""
     parts: frozenset[str] = frozenset()
@@ -86,6 +90,23 @@ class CheckFamily:
     breaker's upstream); ``killed``, a fault that takes its ``target`` away
     (``FaultSpec.kills``); ``any_fault``, a fault of any kind; ``onset``, a fault or a load
     spike that begins in the check's phase (in the run, without one: ``drills.checks.onset``)."""
+    takes: tuple[str, ...] = ()
+    """Fields this family accepts without requiring them, of those that only some families
+    take (``GATED``): ``alert`` on ``alert_quiet`` (a pattern), ``within`` on
+    ``workflows_served``."""
+    within: str | None = None
+    """Where the family requires ``within`` (list it in ``fields`` too): what it bounds, for
+    the error when it is missing (``the fault's application``)."""
+    no_bounds: str | None = None
+    """Where the family takes no ``below``/``above``: what it is judged by instead, for the
+    error when one is given (``its bound is 'within' (e.g. within: 30s)``)."""
+    unit: str | None = None
+    """What a value of a count or number is counted in, shown after it with two decimals
+    (``req/s``); ``None``: shown by its bound kind (a duration in ms or s, a share to three
+    places, a count as it is)."""
+    own_metric: bool = False
+    """It reads its own metric (the engines' families: vLLM's, by name across versions), so
+    it takes no ``metric``, ``labels`` or ``agg``."""
     worse: Literal["higher", "lower"] | None = None
     """Which way of its value is worse, where every check of the family agrees (latency:
     higher); a relative bound (``not_worse_than``) uses it when the check has no bound to say.
@@ -182,6 +203,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
         shown_as="engine.waiting, engine.running, engine.preemptions, engine.requests.REASON "
         "(stop, length, abort, error, repetition)",
         reads=frozenset({"engine_metrics"}),
+        own_metric=True,
     ),
     CheckFamily(
         "engine_kv_cache",
@@ -189,8 +211,9 @@ BUILTIN: tuple[CheckFamily, ...] = (
         "share",
         names=("engine.kv_cache",),
         reads=frozenset({"engine_metrics"}),
+        own_metric=True,
     ),
-    _builtin("throughput", "throughput", "number"),
+    _builtin("throughput", "throughput", "number", unit="req/s"),
     _builtin("prometheus", "prometheus", "number", fields=("source", "metric")),
     _builtin("promql", "promql", "number", fields=("query",), reads=_MONITOR),
     # Did the team's monitoring see it (``drills.checks.alerts``): bounded by ``within``.
@@ -200,18 +223,35 @@ BUILTIN: tuple[CheckFamily, ...] = (
             "alerts",
             "duration",
             needs_bound=False,
-            fields=("alert",),
-            reads=_MONITOR,
+            fields=("alert", "within"),
+            within=since,
+            no_bounds="its bound is 'within' (e.g. within: 30s)",
+            reads=reads,
             target_rule="onset",
         )
-        for name in ("alert_fired", "alert_paged", "alert_resolved_within")
+        for name, since, reads in (
+            ("alert_fired", "the fault's application", _MONITOR),
+            ("alert_paged", "the fault's application", _MONITOR | {"pager"}),
+            ("alert_resolved_within", "the fault's revert to the alert's end", _MONITOR),
+        )
     ),
-    _builtin("alert_quiet", "alerts", "count", needs_bound=False, reads=_MONITOR),
+    _builtin(
+        "alert_quiet",
+        "alerts",
+        "count",
+        needs_bound=False,
+        takes=("alert",),
+        no_bounds="it passes when no alert of the set fired in the window",
+        reads=_MONITOR,
+    ),
     _builtin(
         "alert_runbook",
         "alert_runbook",
         "count",
         needs_bound=False,
+        takes=("alert",),
+        no_bounds="it passes when every alert of the set that fired in the window names a "
+        "runbook step that exists",
         reads=_MONITOR,
     ),
     _builtin(
@@ -245,22 +285,37 @@ BUILTIN: tuple[CheckFamily, ...] = (
         parts=frozenset({"rag"}),
         reads=frozenset({"recall_probe"}),
     ),
-    _builtin("retry_amplification", "tools", "count", needs_target=True),
+    _builtin("retry_amplification", "tools", "count", needs_target=True, unit="attempts/request"),
     _builtin("tasks_unfinished", "agent", "count", reads=frozenset({"agent_tasks"})),
     _builtin("tasks_resumed", "agent", "count", reads=frozenset({"agent_tasks"})),
     _builtin("tasks_duplicate_effects", "agent", "count", reads=frozenset({"agent_tasks"})),
     _builtin("tasks_answer_changed", "agent", "count", reads=frozenset({"agent_tasks"})),
     _builtin("workflow_wait", "workflow", "duration", only_below=True),
-    _builtin("workflows_served", "workflow", "share"),
-    _builtin("workflow_fallbacks", "workflow", "count"),
+    _builtin("workflows_served", "workflow", "share", takes=("within",)),
+    _builtin("workflow_fallbacks", "workflow", "count", takes=("within",)),
 )
 """Every built-in check family, in one place."""
 
-ALERT_TIMED = frozenset({"alert_fired", "alert_paged", "alert_resolved_within"})
+ALERT_TIMED = frozenset(f.family for f in BUILTIN if f.within is not None and "alert" in f.fields)
 """The alert checks bounded by ``within``: how long from the fault to the alert (or page), or
 from the fault's revert to the alert's end."""
-ALERT_FAMILIES = ALERT_TIMED | {"alert_quiet", "alert_runbook"}
+ALERT_FAMILIES = frozenset(f.family for f in BUILTIN if "alert" in (*f.fields, *f.takes))
 """Every check that reads the team's alerts (its Prometheus's ``ALERTS``, its pages)."""
+
+GATED = ("alert", "query", "within")
+"""Fields only some families take (``CheckFamily.fields`` or ``takes``); any other refuses
+them."""
+
+
+def accepts(family: CheckFamily, field: str) -> bool:
+    """Whether a check of ``family`` may give ``field``."""
+    return field not in GATED or field in family.fields or field in family.takes
+
+
+def accepting(field: str) -> list[str]:
+    """The check names that may give ``field`` (plugins included), for an error."""
+    return [n for f in families() if field in (*f.fields, *f.takes) for n in f.listed]
+
 
 _EXTRA: list[CheckFamily] = []
 

@@ -15,9 +15,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from drills.common.plugins import PluginError
 from drills.common.units import Duration, parse_duration
 from drills.model.check_families import (
-    ALERT_FAMILIES,
-    ALERT_TIMED,
+    GATED,
     CheckFamily,
+    accepting,
+    accepts,
     family_of,
     known_checks,
     plugin_problems,
@@ -151,21 +152,13 @@ class Check(_Model):
             raise ValueError(f"check {name!r} takes only 'below'")
         if family.needs_target and not self.target:
             raise ValueError(f"check {name!r} needs a target (the faulted upstream/component)")
-        if family.family.startswith("engine") and (
-            self.metric or self.labels or "agg" in self.model_fields_set
-        ):
+        if family.own_metric and (self.metric or self.labels or "agg" in self.model_fields_set):
             raise ValueError(
                 f"check {name!r} reads its own metric from the engines (vLLM's, by name across "
                 "versions): it takes no 'metric', 'labels' or 'agg'; for any other metric use "
                 "check: prometheus with source and metric"
             )
-        if (self.query is not None) != (family.family == "promql"):
-            raise ValueError(
-                f"check {name!r} takes no 'query' (check: promql does)"
-                if self.query is not None
-                else "check 'promql' needs a 'query' (a PromQL expression)"
-            )
-        self._alert_fields(family)
+        self._gated_fields(family)
         missing = [f for f in family.fields if not getattr(self, f)]
         if missing:
             raise ValueError(f"check {name!r} needs {' and '.join(repr(f) for f in missing)}")
@@ -199,7 +192,7 @@ class Check(_Model):
                         "history; add not_worse_than: last_passed (or last)"
                     )
             return
-        if family.bounds == "findings" or family.family in ALERT_FAMILIES:
+        if family.bounds == "findings" or family.no_bounds is not None:
             raise ValueError(
                 f"check {name!r} has no value to compare with an earlier run's: "
                 "not_worse_than is for checks of a rate, a duration, a count or a number"
@@ -238,51 +231,29 @@ class Check(_Model):
             return family.worse
         return "higher" if family.bounds == "duration" else None
 
-    def _alert_fields(self, family: CheckFamily) -> None:
-        """``within`` only where a check takes it; the alert checks' own fields (``alert``,
-        and for the timed ones ``within``) and no other check's."""
+    def _gated_fields(self, family: CheckFamily) -> None:
+        """The fields only some families take (``GATED``: ``alert``, ``query``, ``within``),
+        refused on any other, each family's required ones asked for with what they mean, and
+        no ``below``/``above`` where the family is judged by something else."""
         name = self.check
-        if (
-            self.within is not None
-            and name not in ("workflows_served", "workflow_fallbacks")
-            and name not in ALERT_TIMED
-        ):
-            raise ValueError(
-                f"check {name!r} takes no 'within' (only workflows_served, workflow_fallbacks, "
-                f"{', '.join(sorted(ALERT_TIMED))} do)"
-            )
-        if family.family not in ALERT_FAMILIES:
-            if self.alert is not None:
+        for field in GATED:
+            if getattr(self, field) is not None and not accepts(family, field):
+                those = accepting(field)
                 raise ValueError(
-                    f"check {name!r} takes no 'alert' (the alert_* checks do: "
-                    f"{', '.join(sorted(ALERT_FAMILIES))})"
+                    f"check {name!r} takes no {field!r} (only {', '.join(those)} "
+                    f"{'does' if len(those) == 1 else 'do'})"
                 )
-            return
-        if self.below is not None or self.above is not None:
+        if family.no_bounds is not None and (self.below is not None or self.above is not None):
+            raise ValueError(f"check {name!r} takes no 'below' or 'above': {family.no_bounds}")
+        if "alert" in family.fields and not self.alert:
+            raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
+        if "query" in family.fields and self.query is None:
+            raise ValueError(f"check {name!r} needs a 'query' (a PromQL expression)")
+        if family.within is not None and self.within is None:
             raise ValueError(
-                f"check {name!r} takes no 'below' or 'above'"
-                + (
-                    ": its bound is 'within' (e.g. within: 30s)"
-                    if name in ALERT_TIMED
-                    else ": it passes when no alert of the set fired in the window"
-                    if name == "alert_quiet"
-                    else ": it passes when every alert of the set that fired in the window "
-                    "names a runbook step that exists"
-                )
+                f"check {name!r} needs 'within': the longest time allowed from "
+                f"{family.within} (e.g. within: 30s)"
             )
-        if name in ALERT_TIMED:
-            if not self.alert:
-                raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
-            if self.within is None:
-                raise ValueError(
-                    f"check {name!r} needs 'within': the longest time allowed from "
-                    + (
-                        "the fault's revert to the alert's end"
-                        if name == "alert_resolved_within"
-                        else "the fault's application"
-                    )
-                    + " (e.g. within: 30s)"
-                )
 
     def _reachable(self, family: CheckFamily) -> None:
         """Refuse bounds that no observation can meet, or that every observation meets (a

@@ -1,7 +1,9 @@
 """The JSON Schema of a scenario file (``drills schema scenario``), for editors and tools: the
 scenario model's own schema, with every fault kind known now (plugins' included) in place of the
 open ``inject`` items, and the check names and gateway adapters enumerated so that an editor
-completes them."""
+completes them, and
+each family's fields (those it requires, and those only other families take) so that one
+marks a check that lacks or misplaces one."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, create_model
 
-from drills.model.check_families import families
+from drills.model.check_families import GATED, CheckFamily, accepts, families
 from drills.model.faults import fault_models
 from drills.model.gateways import known_adapters
 from drills.model.scenario import Phase, Scenario
@@ -86,6 +88,27 @@ def _expand(pattern: str) -> list[str] | None:
     return names if end == len(pattern) else None
 
 
+def _family_fields(family: CheckFamily) -> dict[str, Any] | None:
+    """A check of ``family`` gives the fields it requires and none of the fields only other
+    families take (``GATED``), as an ``if``/``then`` on its name; ``None`` when there is
+    nothing to say."""
+    required = [f for f in family.fields if f != "within" or family.within is not None]
+    refused = [f for f in GATED if not accepts(family, f)]
+    if not required and not refused:
+        return None
+    name: dict[str, Any] = (
+        {"pattern": f"^(?:{family.pattern})$"}
+        if family.pattern is not None
+        else {"enum": list(family.names)}
+    )
+    then: dict[str, Any] = {}
+    if required:
+        then["required"] = required
+    if refused:
+        then["not"] = {"anyOf": [{"required": [f]} for f in refused]}
+    return {"if": {"properties": {"check": name}, "required": ["check"]}, "then": then}
+
+
 def _enumerate_names(defs: dict[str, Any]) -> None:
     """The schema's check names and gateway adapters as the values they may take (plugins'
     included), so that an editor completes them: ``check`` from every check family (a name
@@ -108,6 +131,7 @@ def _enumerate_names(defs: dict[str, Any]) -> None:
         "description": "The check: a name of one of the check families (built in or a plugin's).",
         "anyOf": choices,
     }
+    defs["Check"]["allOf"] = [rule for f in families() if (rule := _family_fields(f))]
     adapters = sorted(known_adapters())
     adapter = defs["Attach"]["properties"]["adapter"]
     adapter["anyOf"] = [
