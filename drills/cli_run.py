@@ -1,6 +1,9 @@
 """The commands that run drills (``drills run``, ``drills gate``, ``drills gameday``): the run
 options from the command line, the dry run, the drill and its twins, what is printed as they
 go and the exit code. ``drills.cli`` builds the parser and hands these commands their flags.
+
+The engine, the stack's control and the reports are imported inside the commands, for the
+reason ``drills.cli`` gives: the commands that do not run a drill must not wait for them.
 """
 
 from __future__ import annotations
