@@ -62,6 +62,7 @@ def _drill_name(given: str) -> str:
     """A drill's name as given, or the name in the scenario file it names."""
     path = Path(given)
     if path.suffix in (".yaml", ".yml") and path.exists():
+        # Imported here: the scenario model only when a history command is given a file.
         from drills.model.scenario import load_scenario
 
         return load_scenario(path)[0].drill

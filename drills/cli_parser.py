@@ -382,6 +382,8 @@ def _confidence(text: str) -> float:
 
 
 def _with_args(parser: argparse.ArgumentParser) -> None:
+    # Imported here: the parser is built for every command, the kill switch included; the
+    # stack's config model only for the commands that take --with (``drills.cli``).
     from stack.config import OPTIONAL_PARTS
 
     parser.add_argument(

@@ -216,6 +216,8 @@ class DrillSession:
         restart it whole, and the session takes it down at its end)."""
         if profile in self._checked:
             return
+        # Imported here, as below: pytest loads this plugin in every session of a project that
+        # installs drills; the engine and the stack's control only for one that runs a drill.
         from drills.engine.options import no_other_run, parts_for_all
         from stack import control
         from stack.state import default_state_dir
