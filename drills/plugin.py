@@ -32,7 +32,10 @@ could not be removed), ``ledger_entry() -> dict`` (at least ``kind`` and ``targe
 
 **A check family** is a ``CheckFamily``: its check names (or a pattern), what its bound means
 (``duration``, ``share``, ``count``, ``number``), and ``evaluate(check, ev) -> CheckResult``,
-usually ending with ``result(check, family, observed, samples, reason)``. ``ev`` is an
+usually ending with ``result(check, family, observed, samples, reason)``. Fields of its own
+(a threshold, a mode) are a pydantic model given as ``params=``: a check writes them under
+``params:``, they are validated with the scenario (file, line, field, what is allowed) and
+published in the schema, and the evaluator reads them with ``check.params_as(Model)``. ``ev`` is an
 ``Evaluation``: the client's records (``ev.records``; those of a check's window are
 ``ev.requests_in(*ev.window(check.during))``), the phases by name (``ev.phases``), the faults as
 applied and reverted (``ev.faults``), and what the L7 hop saw (``ev.hop_records``).

@@ -96,6 +96,22 @@ def test_a_plugin_fault_and_check_validate_like_built_in_ones(
     assert refused.returncode == 2
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "colour" in t)
     assert f"{bad}:{line} phases[1].inject[0].colour: unknown field" in refused.stderr
+    # The plugin check's own fields (its params model), validated at the check's line.
+    bad.write_text(path.read_text().replace("judge: longest", "judge: median"))
+    refused = run(["validate", str(bad)], with_plugin(plugin_site, tmp_path))
+    assert refused.returncode == 2, refused.stderr
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "median" in t)
+    assert (
+        f"{bad}:{line} expect[0]: check 'marker_held': params.judge: Input should be "
+        "'longest' or 'shortest' (got 'median')"
+    ) in refused.stderr, refused.stderr
+    # A built-in family has no params of its own.
+    bad.write_text(path.read_text().replace("below: 0.5}", "below: 0.5, params: {x: 1}}"))
+    refused = run(["validate", str(bad)], with_plugin(plugin_site, tmp_path))
+    assert refused.returncode == 2, refused.stderr
+    assert "check 'error_rate' takes no 'params': its family 'rate' has no fields of its own" in (
+        refused.stderr
+    )
 
 
 def test_without_the_plugin_its_kind_and_check_are_unknown(tmp_path: Path) -> None:
@@ -134,6 +150,14 @@ def test_the_published_scenario_schema_has_the_plugin_fault(
     # an editor completes them (name patterns expanded: ttft.p99 is one of the names).
     [names] = schema["$defs"]["Check"]["properties"]["check"]["anyOf"]
     assert {"marker_held", "error_rate", "ttft.p99", "engine.requests.abort"} <= set(names["enum"])
+    # ... and the plugin check's own fields, for an editor to check and complete.
+    [rule] = [
+        r
+        for r in schema["$defs"]["Check"]["allOf"]
+        if r["if"]["properties"]["check"] == {"enum": ["marker_held"]}
+    ]
+    judge = rule["then"]["properties"]["params"]["properties"]["judge"]
+    assert judge["enum"] == ["longest", "shortest"], judge
     adapters = schema["$defs"]["Attach"]["properties"]["adapter"]["anyOf"][0]["enum"]
     assert adapters == ["demo-gateway", "drills", "envoy", "litellm"]
 

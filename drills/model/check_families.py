@@ -22,6 +22,8 @@ from importlib import import_module
 from importlib.metadata import EntryPoint
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from drills.common.plugins import Group, PluginError
 
 __all__ = [
@@ -100,6 +102,11 @@ class CheckFamily:
     no_bounds: str | None = None
     """Where the family takes no ``below``/``above``: what it is judged by instead, for the
     error when one is given (``its bound is 'within' (e.g. within: 30s)``)."""
+    params: type[BaseModel] | None = None
+    """The model of the family's own fields (a plugin's threshold, a window, a mode), given in
+    a check under ``params:`` and validated with the scenario, before the drill runs, at the
+    check's line; the evaluator reads them with ``check.params_as(Model)``. ``None``: the
+    family has none, and a check of it that gives ``params`` is refused."""
     unit: str | None = None
     """What a value of a count or number is counted in, shown after it with two decimals
     (``req/s``); ``None``: shown by its bound kind (a duration in ms or s, a share to three
@@ -308,13 +315,16 @@ them."""
 
 
 def accepts(family: CheckFamily, field: str) -> bool:
-    """Whether a check of ``family`` may give ``field``."""
+    """Whether a check of ``family`` may give ``field`` (``params``: where it has a model
+    of its own fields)."""
+    if field == "params":
+        return family.params is not None
     return field not in GATED or field in family.fields or field in family.takes
 
 
 def accepting(field: str) -> list[str]:
     """The check names that may give ``field`` (plugins included), for an error."""
-    return [n for f in families() if field in (*f.fields, *f.takes) for n in f.listed]
+    return [n for f in families() if field in GATED and accepts(f, field) for n in f.listed]
 
 
 _EXTRA: list[CheckFamily] = []

@@ -8,9 +8,9 @@ fail at all. A check that cannot fail proves nothing, so it is refused where it 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from drills.common.plugins import PluginError
 from drills.common.units import Duration, parse_duration
@@ -27,6 +27,8 @@ from drills.model.score import Severity
 from drills.model.spec import SpecModel as _Model
 
 __all__ = ["REFERENCES", "AbortCondition", "Check", "bound_value", "relative_margin"]
+
+P = TypeVar("P", bound=BaseModel)
 
 REFERENCES = ("last_passed", "last")
 """What a relative bound compares with: the last earlier run of the drill that passed, or the
@@ -114,6 +116,9 @@ class Check(_Model):
     worse_when: Literal["higher", "lower"] | None = None
     """Which way is worse for a relative bound; needed only where neither the check's
     ``below``/``above`` nor its family says (``below`` means higher is worse)."""
+    params: dict[str, Any] | None = None
+    """A check family's own fields, where it has a model of them (``CheckFamily.params``: a
+    plugin's), validated with the scenario before the drill runs."""
     severity: Severity = "critical"
     """How much the check weighs in the drill's resilience score (``drills.model.score``):
     ``critical`` 3, ``warning`` 1."""
@@ -249,11 +254,33 @@ class Check(_Model):
             raise ValueError(f"check {name!r} needs 'alert' (the alert's name)")
         if "query" in family.fields and self.query is None:
             raise ValueError(f"check {name!r} needs a 'query' (a PromQL expression)")
+        if family.params is None and self.params is not None:
+            raise ValueError(
+                f"check {name!r} takes no 'params': its family {family.family!r} has no "
+                "fields of its own"
+            )
+        if family.params is not None:
+            try:
+                family.params.model_validate(self.params or {})
+            except ValidationError as exc:
+                raise ValueError(
+                    f"check {name!r}: "
+                    + "; ".join(
+                        f"params.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                        + (f" (got {e['input']!r})" if e["type"] != "missing" else "")
+                        for e in exc.errors()
+                    )
+                ) from None
         if family.within is not None and self.within is None:
             raise ValueError(
                 f"check {name!r} needs 'within': the longest time allowed from "
                 f"{family.within} (e.g. within: 30s)"
             )
+
+    def params_as(self, model: type[P]) -> P:
+        """The check's ``params`` read as ``model`` (its family's ``params``, validated with
+        the scenario)."""
+        return model.model_validate(self.params or {})
 
     def _reachable(self, family: CheckFamily) -> None:
         """Refuse bounds that no observation can meet, or that every observation meets (a
@@ -304,6 +331,8 @@ class Check(_Model):
             parts.append(f"{self.group}/{self.against}")
         if self.workflow:
             parts.append(self.workflow)
+        if self.params:
+            parts.append("{" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + "}")
         if self.during:
             parts.append(f"during {self.during}")
         return " ".join(parts)

@@ -88,20 +88,24 @@ def _expand(pattern: str) -> list[str] | None:
     return names if end == len(pattern) else None
 
 
-def _family_fields(family: CheckFamily) -> dict[str, Any] | None:
+def _family_fields(family: CheckFamily, defs: dict[str, Any]) -> dict[str, Any] | None:
     """A check of ``family`` gives the fields it requires and none of the fields only other
-    families take (``GATED``), as an ``if``/``then`` on its name; ``None`` when there is
-    nothing to say."""
+    families take (``GATED``, and ``params`` where it has none), its ``params`` as its model
+    has them, as an ``if``/``then`` on its name; ``None`` when there is nothing to say."""
     required = [f for f in family.fields if f != "within" or family.within is not None]
-    refused = [f for f in GATED if not accepts(family, f)]
-    if not required and not refused:
-        return None
+    refused = [f for f in (*GATED, "params") if not accepts(family, f)]
+    params: dict[str, Any] | None = None
+    if family.params is not None:
+        params = family.params.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(params.pop("$defs", {}))
     name: dict[str, Any] = (
         {"pattern": f"^(?:{family.pattern})$"}
         if family.pattern is not None
         else {"enum": list(family.names)}
     )
     then: dict[str, Any] = {}
+    if params is not None:
+        then["properties"] = {"params": params}
     if required:
         then["required"] = required
     if refused:
@@ -131,7 +135,7 @@ def _enumerate_names(defs: dict[str, Any]) -> None:
         "description": "The check: a name of one of the check families (built in or a plugin's).",
         "anyOf": choices,
     }
-    defs["Check"]["allOf"] = [rule for f in families() if (rule := _family_fields(f))]
+    defs["Check"]["allOf"] = [rule for f in families() if (rule := _family_fields(f, defs))]
     adapters = sorted(known_adapters())
     adapter = defs["Attach"]["properties"]["adapter"]
     adapter["anyOf"] = [
