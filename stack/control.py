@@ -36,8 +36,10 @@ from stack.config import (
     without_parts,
 )
 from stack.provision import (
+    ensure_alertmanager,
     ensure_engine_python,
     ensure_model,
+    ensure_prometheus,
     ensure_rag_python,
     ensure_toxiproxy,
 )
@@ -354,8 +356,13 @@ def up(
     by: str = "user",
     idle: Callable[[], bool] | None = None,
     parts: Iterable[str] | None = None,
+    also: Iterable[str] = (),
 ) -> StackStatus:
     """Bring the stack up (or find it up) and return its status once every part is healthy.
+
+    ``also`` names what the caller will need beside the stack (``ALSO``: ``monitoring``, the
+    Prometheus and Alertmanager a drill that asks the stack's monitoring starts), installed
+    with the stack's own when it starts, so that a first run does not build it afterwards.
 
     ``parts`` names the optional parts of the profile to start (``stack.config.OPTIONAL_PARTS``;
     ``None``: all it has). A stack of the same profile already running with at least those
@@ -385,7 +392,7 @@ def up(
         state = read_state(state_dir)
     if state is not None:
         _sweep(state, state_dir)
-    return _start(source, has - wanted, state_dir, by)
+    return _start(source, has - wanted, state_dir, by, tuple(also))
 
 
 def _replace_or_refuse(
@@ -437,7 +444,9 @@ def _replace_or_refuse(
     )
 
 
-def _start(source: Path, left_out: frozenset[str], state_dir: Path, by: str) -> StackStatus:
+def _start(
+    source: Path, left_out: frozenset[str], state_dir: Path, by: str, also: tuple[str, ...] = ()
+) -> StackStatus:
     """Start the profile ``source`` less the parts ``left_out`` in the free ``state_dir``:
     its files, the installs, the ports, the supervisor; its status once healthy."""
     for stale in ("state.json", "events.jsonl"):
@@ -458,7 +467,7 @@ def _start(source: Path, left_out: frozenset[str], state_dir: Path, by: str) -> 
             f"{source}: ports already in use on {config.host}: {', '.join(busy)}; stop what "
             "holds them or choose other ports in the stack config"
         )
-    _install(config)
+    _install(config, also)
     (state_dir / OWNER_FILE).write_text(f"{'run' if by == 'run' else 'user'}\n")
     env = dict(os.environ)
     # The supervisor must import this checkout's packages even when not installed.
@@ -489,11 +498,29 @@ def _start(source: Path, left_out: frozenset[str], state_dir: Path, by: str) -> 
         raise
 
 
-def _install(config: StackConfig) -> None:
-    """Install what ``config`` needs and is missing, in the foreground (where the user sees
-    progress, not inside the detached supervisor). Toxiproxy's Go build (CPU) runs beside the
-    engine's environment; the retrieval environment comes after the engine's, which downloads
-    the torch both use (uv's cache then serves the second), beside the model's conversion."""
+ALSO: dict[str, tuple[Callable[[], object], ...]] = {
+    "monitoring": (ensure_prometheus, ensure_alertmanager),
+}
+"""What ``up(also=...)`` installs beside the stack's own: ``monitoring``, Prometheus (a
+Debian package unpacked) and Alertmanager (a Go build, 65-150 s on 2 cores the first time)."""
+
+
+def _install(config: StackConfig, also: tuple[str, ...] = ()) -> None:
+    """Install what ``config`` needs and is missing, and what ``also`` names (``ALSO``), in
+    the foreground (where the user sees progress, not inside the detached supervisor). The Go
+    builds (CPU: Toxiproxy, then Alertmanager) run one after another beside the engine's
+    environment (mostly downloads); the retrieval environment comes after the engine's, which
+    downloads the torch both use (uv's cache then serves the second), beside the model's
+    conversion."""
+    unknown = sorted(set(also) - set(ALSO))
+    if unknown:
+        raise ValueError(f"unknown install(s) {unknown}; known: {sorted(ALSO)}")
+
+    def builds() -> None:
+        ensure_toxiproxy()
+        for name in also:
+            for job in ALSO[name]:
+                job()
 
     def engine_then_the_rest() -> None:
         rest: list[Callable[[], object]] = []
@@ -505,7 +532,7 @@ def _install(config: StackConfig) -> None:
             rest.append(ensure_rag_python)
         _side_by_side(rest)
 
-    _side_by_side([ensure_toxiproxy, engine_then_the_rest])
+    _side_by_side([builds, engine_then_the_rest])
 
 
 def _side_by_side(jobs: list[Callable[[], object]]) -> None:

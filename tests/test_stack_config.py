@@ -207,3 +207,14 @@ def test_installs_side_by_side_say_a_failure_at_once_and_raise_it_at_the_end(
     assert said == [
         "drills: an install failed: building Toxiproxy failed; waiting for the others to end"
     ]
+
+
+def test_an_install_beside_the_stack_that_is_not_known_is_refused_before_any() -> None:
+    from stack.config import load_stack_config, profile_path
+    from stack.control import ALSO, _install
+
+    assert set(ALSO) == {"monitoring"}
+    with pytest.raises(
+        ValueError, match=r"unknown install\(s\) \['grafana'\]; known: \['monitoring'\]"
+    ):
+        _install(load_stack_config(profile_path("sound")), ("grafana",))

@@ -18,17 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from drills.common.ports import free_port
-from drills.engine.options import StackEndpoints
-from drills.model.check_families import reads
+from drills.engine.options import StackEndpoints, needs_monitoring
 from drills.model.scenario import PrometheusEndpoint, Scenario
 from stack.monitoring import stack_targets, start_monitoring
 
 __all__ = ["embedded_monitoring", "needs_monitoring"]
-
-
-def needs_monitoring(scenario: Scenario) -> bool:
-    """Whether a check of ``scenario`` asks a Prometheus or the pager."""
-    return any(c.query is not None or reads(c.check, "monitoring") for c in scenario.expect)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from drills.engine.safety import (
 )
 from drills.engine.tracing import OtlpTarget
 from drills.engine.twin_plan import TwinPlan
+from drills.model.check_families import reads
 from drills.model.gateways import BUILTIN as BUILTIN_ADAPTERS
 from drills.model.gateways import GatewayAdapter
 from drills.model.journal import (
@@ -52,6 +53,7 @@ __all__ = [
     "base_profile",
     "check_health",
     "l7_hop_names",
+    "needs_monitoring",
     "no_other_run",
     "parts_for_all",
     "proxy_names",
@@ -194,6 +196,11 @@ def attach_urls(attach: Attach | None) -> dict[str, str]:
     return {"gateway": attach.gateway, **toxiproxy, **hop, **prometheus, **attach.metrics}
 
 
+def needs_monitoring(scenario: Scenario) -> bool:
+    """Whether a check of ``scenario`` asks a Prometheus or the pager."""
+    return any(c.query is not None or reads(c.check, "monitoring") for c in scenario.expect)
+
+
 def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
     attach = attach_of(scenario, options)
     if attach is not None:
@@ -226,6 +233,9 @@ def resolve_stack(scenario: Scenario, options: RunOptions) -> StackEndpoints:
         by="user" if options.keep_stack else "run",
         idle=no_other_run,
         parts=None if options.keep_stack else stack_parts([scenario], profile, options),
+        # The monitoring the run starts for a drill that asks it: built with the stack's own
+        # installs on a first run, beside the engine's, not after the stack is up.
+        also=("monitoring",) if needs_monitoring(scenario) else (),
     )
     comps = {c.name: c for c in status.components}
     metrics = {
