@@ -126,6 +126,21 @@ def _run_command(commands: _Commands) -> None:
         help="run the drill on its twin NAME (every twin without NAME): a stack broken on "
         "purpose; it passes when exactly the checks the twin names fail",
     )
+    repeat = run.add_mutually_exclusive_group()
+    repeat.add_argument(
+        "--repeat",
+        type=_positive,
+        metavar="N",
+        help="run the drill N times on the same stack and judge its checks over all of them: "
+        "a rate or percentile on the requests of every run together (a narrower interval), "
+        "any other check in each run (it passes when it passed in every one)",
+    )
+    repeat.add_argument(
+        "--until-conclusive",
+        type=_positive,
+        metavar="MAX",
+        help="as --repeat, until every pooled check is conclusive (two runs at least, MAX at most)",
+    )
     _confidence_args(run)
 
 

@@ -354,6 +354,16 @@ def run_command(args: argparse.Namespace) -> int:
 
     options = run_options(args)
     scenario, doc = load_scenario(args.scenario)
+    times = args.repeat or args.until_conclusive
+    if times is not None and (args.twin is not None or args.dry_run):
+        with_what = "--twin" if args.twin is not None else "--dry-run"
+        flag = "--repeat" if args.repeat else "--until-conclusive"
+        raise InputError(
+            f"{flag} {times} repeats the drill itself; it does not go with {with_what} "
+            "(a dry run changes nothing to repeat; a twin is judged by its own run)"
+        )
+    if times is not None:
+        return _repeat_command(scenario, doc, options, args, times)
     if args.twin is not None:
         return _run_twins(scenario, doc, options, args)
     if args.dry_run:
@@ -374,6 +384,62 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
         return EXIT_FAULT_LEFT
     return EXIT_OK if journal.verdict == "passed" else EXIT_FAILED
+
+
+def _repeat_command(
+    scenario: Scenario,
+    doc: YamlDocument,
+    options: RunOptions,
+    args: argparse.Namespace,
+    times: int,
+) -> int:
+    """``drills run X --repeat N`` (``--until-conclusive MAX``): the drill run again and
+    again on the same stack, each check judged over all the runs (``drills.engine.repeat``)."""
+    from drills.engine.repeat import repeat, run_dir_of
+    from reports.common import interval_text
+    from reports.repeat import render_repeat
+
+    asked = f"up to {times} times, until conclusive" if args.until_conclusive else f"{times} times"
+    print(
+        f"drill {scenario.drill}: {scenario.title} ({scenario.duration:.0f}s), {asked}",
+        file=sys.stderr,
+    )
+
+    last: list[Journal] = []
+
+    def said(i: int, journal: Journal) -> None:
+        last[:] = [journal]
+        print(
+            f"run {i}: {journal.verdict} ({journal.status}); report: "
+            f"{Path(journal.run_dir) / 'index.html'}",
+            file=sys.stderr,
+        )
+
+    rep = repeat(scenario, doc, options, times, bool(args.until_conclusive), said)
+    out = run_dir_of(scenario, options)
+    paths = render_repeat(rep, out)
+    if args.json:
+        print(rep.model_dump_json(indent=2))
+    else:
+        for check in rep.checks:
+            result = check.result
+            mark = "PASS" if result.passed else "FAIL"
+            interval = interval_text(result)
+            print(
+                f"  {mark}  {check.label} [{check.how}]: {result.observed_text} "
+                f"(expected {result.expected})" + (f"; {interval}" if interval else "")
+            )
+        print(f"repetitions: {len(rep.runs)}; {rep.stopped}")
+        print(f"verdict: {rep.verdict}")
+        print(f"report: {paths['html']}")
+    if last and last[-1].stack.profile:
+        _after_the_drill(last[-1].stack.profile, args)
+    if any(r.faults_left for r in rep.runs):
+        for run in rep.runs:
+            for line in run.faults_left:
+                print(f"STILL IN FORCE: {line} (`drills faults`, `drills abort`)", file=sys.stderr)
+        return EXIT_FAULT_LEFT
+    return EXIT_OK if rep.verdict == "passed" else EXIT_FAILED
 
 
 def _print_twin(twin: Twin) -> None:

@@ -150,6 +150,7 @@ class Runner:
         self._pager: Pager | None = None  # the pager, while a drill that names one runs
         self._exporter: DrillExporter | None = None  # the drill's metrics, when asked for
         self._unread: list[str] = []
+        self.evaluation: Evaluation | None = None  # what the checks judged (``repeat`` pools it)
 
     @property
     def reads(self) -> StackReads:
@@ -517,7 +518,7 @@ class Runner:
         swept: list[dict[str, Any]],
     ) -> Journal:
         """Checks over their windows, then the journal (written) and the reports."""
-        ev = self._evaluation(endpoints, state_dir, faults, prober, outcome)
+        ev = self.evaluation = self._evaluation(endpoints, state_dir, faults, prober, outcome)
         results = self._relative(evaluate(ev), outcome.started_at)
         scenario = self.scenario
         delivered = self._delivered(run_dir, ev)

@@ -102,6 +102,11 @@ class CheckFamily:
     no_bounds: str | None = None
     """Where the family takes no ``below``/``above``: what it is judged by instead, for the
     error when one is given (``its bound is 'within' (e.g. within: 30s)``)."""
+    pools: bool = False
+    """Its value is a statistic of the client's requests alone (a rate, a percentile, a
+    spread), so the repetitions of a drill (``drills run --repeat``) pool their requests and
+    judge it once, with a narrower interval; otherwise it is judged per repetition and passes
+    pooled when it passed in every one."""
     params: type[BaseModel] | None = None
     """The model of the family's own fields (a plugin's threshold, a window, a mode), given in
     a check under ``params:`` and validated with the scenario, before the drill runs, at the
@@ -158,12 +163,14 @@ BUILTIN: tuple[CheckFamily, ...] = (
         pattern=r"(ttft|itl|e2e)\.p(50|75|90|95|99|999)",
         shown_as="ttft.pNN, itl.pNN, e2e.pNN",
         worse="higher",
+        pools=True,
     ),
     CheckFamily(
         "rate",
         "drills.checks.rate:check_rate",
         "share",
         names=("error_rate", "fallback_rate", "success_rate", "truncated_rate"),
+        pools=True,
     ),
     CheckFamily(
         "spread",
@@ -171,6 +178,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
         "count",
         names=("spread.ttft", "spread.itl", "spread.e2e"),
         worse="higher",
+        pools=True,
     ),
     CheckFamily(
         "tokens",
@@ -178,6 +186,7 @@ BUILTIN: tuple[CheckFamily, ...] = (
         "count",
         pattern=r"tokens\.p(50|75|90|95|99|999)",
         shown_as="tokens.pNN",
+        pools=True,
     ),
     CheckFamily(
         "tokens_ratio",
