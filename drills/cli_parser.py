@@ -139,7 +139,8 @@ def _run_command(commands: _Commands) -> None:
         "--until-conclusive",
         type=_positive,
         metavar="MAX",
-        help="as --repeat, until every pooled check is conclusive (two runs at least, MAX at most)",
+        help="as --repeat, until every check is conclusive (one run when it already is, MAX "
+        "at most)",
     )
     _confidence_args(run)
 
@@ -179,10 +180,19 @@ def _gate_command(commands: _Commands) -> None:
     _confidence_args(gate)
     gate.add_argument(
         "--inconclusive",
-        choices=("pass", "fail"),
+        choices=("pass", "fail", "rerun"),
         default="pass",
         help="what a check that passed on too few requests to be sure does to the gate "
-        "(default pass: it passes as observed and is listed; fail: the gate fails)",
+        "(default pass: it passes as observed and is listed; fail: the gate fails; rerun: "
+        "the drill runs again, its checks judged over its runs, until they are sure or "
+        "--rerun-max runs have been made, and the gate fails if they are still not sure)",
+    )
+    gate.add_argument(
+        "--rerun-max",
+        type=_positive,
+        default=3,
+        metavar="N",
+        help="with --inconclusive rerun: the most runs of one drill (default 3)",
     )
 
 

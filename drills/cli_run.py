@@ -224,6 +224,7 @@ def gate_command(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         twins=args.twins,
         inconclusive=args.inconclusive,
+        rerun_max=args.rerun_max,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     paths = write_gate_reports(results, args.out)

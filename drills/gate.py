@@ -6,7 +6,10 @@ bound: ``CheckResult.conclusive`` is false) passes the gate by default, as its o
 says, and is listed as inconclusive; with ``inconclusive="fail"`` (``--inconclusive fail``) it
 fails the gate. The default is ``pass`` because a short drill in CI judges a few dozen requests,
 whose intervals are wide: failing on each would fail most gates on noise, and a gate that
-flakes is switched off. Teams that run drills long enough to be sure opt in to ``fail``.
+flakes is switched off. Teams that run drills long enough to be sure opt in to ``fail``; with
+``inconclusive="rerun"`` (``--inconclusive rerun``) a drill runs again (``drills run
+--until-conclusive``) until its checks, judged over its runs, are sure, ``rerun_max`` runs at
+most, and fails the gate if they are still not.
 
 Every file is validated (schema, stack hops, safety policy) before the first drill starts: a gate
 with one bad file touches nothing. Drills share the stack, so by default they run one at a time;
@@ -31,6 +34,7 @@ from drills.common.stats import CONFIDENCE
 from drills.engine.options import RunOptions, attach_of, attach_urls, parts_for_all
 from drills.engine.safety import SafetyPolicy, check_scenario
 from drills.model.journal import CheckResult, Journal
+from drills.model.repeat import Repetitions
 from drills.model.scenario import Scenario, load_scenario
 from reports import load_journal, render_junit_suites, render_markdown
 from reports.common import interval_text
@@ -154,6 +158,7 @@ def run_gate(
     concurrency: int = 1,
     twins: bool = False,
     inconclusive: str = "pass",
+    rerun_max: int = 3,
     say: Callable[[str], None] = lambda line: None,
 ) -> list[GateResult]:
     """Run each drill in its own process, at most ``concurrency`` at once, each followed by
@@ -178,12 +183,19 @@ def run_gate(
         command = [sys.executable, "-m", "drills.cli", "run", str(path), "--out", str(drill_out)]
         if twin:
             command += ["--twin", twin]
+        elif inconclusive == "rerun":
+            command += ["--until-conclusive", str(rerun_max)]
         say(f"[gate] {index + 1}/{len(jobs)} {name} ({path})")
         log = drill_out / "drill.log"
         started = time.monotonic()
         code = _child([*command, *extra], log, say if concurrency == 1 else None)
         run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
         journal = load_journal(run_dirs[-1]) if run_dirs else None
+        repeated = sorted(drill_out.glob("*/repeat.json"))
+        if journal is not None and repeated and not twin:
+            journal = _over_the_runs(
+                journal, Repetitions.model_validate_json(repeated[-1].read_text())
+            )
         verdict = _verdict(journal, twin, inconclusive)
         say(
             f"[gate] {name}: {verdict} after {time.monotonic() - started:.0f}s"
@@ -205,6 +217,15 @@ def run_gate(
         return [f.result() for f in futures]
 
 
+def _over_the_runs(journal: Journal, rep: Repetitions) -> Journal:
+    """The last run's journal, judged over every run of the drill (``--inconclusive rerun``):
+    its checks and verdict are the repetitions' (``drills.engine.repeat``), so the JUnit
+    file and the summary show what the gate decided on."""
+    return journal.model_copy(
+        update={"checks": [c.result for c in rep.checks], "verdict": rep.verdict}
+    )
+
+
 def _verdict(journal: Journal | None, twin: str | None, inconclusive: str) -> str:
     """A drill's verdict in the gate: its journal's (``error`` without one); on a twin,
     whether the twin held; ``inconclusive`` for a drill that passed with a check that was not
@@ -214,7 +235,7 @@ def _verdict(journal: Journal | None, twin: str | None, inconclusive: str) -> st
     if twin:
         return "passed" if journal.twin and journal.twin.held else "failed"
     unsure = any(c.passed and c.conclusive is False for c in journal.checks)
-    if inconclusive == "fail" and journal.verdict == "passed" and unsure:
+    if inconclusive in ("fail", "rerun") and journal.verdict == "passed" and unsure:
         return "inconclusive"
     return journal.verdict
 

@@ -4,6 +4,7 @@ runs."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +137,57 @@ def test_a_gates_children_are_attached_as_the_gate_was(tmp_path: Path) -> None:
     )
     args = _child_args(RunOptions(out_dir=tmp_path, attach=attach), None)
     assert args == ["--gateway", "http://gw:4000", "--prometheus", "http://prom:9090"]
+
+
+@pytest.mark.stack
+def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
+    stack: RunningStack, toxi: object, tmp_path: Path
+) -> None:
+    """The same unsure check (no error among at most 8 requests, at 99.9%): with
+    --inconclusive rerun the gate runs the tiny drill again on the same stack, judges the
+    error rate on the requests of both runs together (no error among at most 16: Wilson's
+    upper bound 0.40 at 99.9%, below 0.5), and passes, sure; the JUnit file and the
+    repetitions' report say what it decided on."""
+    result = subprocess.run(
+        drills_cli(
+            "gate",
+            str(TINY),
+            *stack.attach_args(),
+            "--confidence",
+            "0.999",
+            "--inconclusive",
+            "rerun",
+            "--rerun-max",
+            "3",
+            "--out",
+            str(tmp_path / "gate"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "PASSED" in result.stdout and "UNSURE" not in result.stdout, result.stdout
+    [repeated] = (tmp_path / "gate" / "runs").glob("*/tiny-repeat-*/repeat.json")
+    rep = json.loads(repeated.read_text())
+    assert len(rep["runs"]) == 2, rep["stopped"]
+    assert rep["stopped"] == "every check was conclusive after 2 run(s)"
+    assert rep["verdict"] == "passed" and rep["conclusive"]
+    by_label = {c["label"]: c for c in rep["checks"]}
+    fault = by_label["error_rate during fault"]
+    assert fault["how"] == "pooled"
+    assert [e["conclusive"] for e in fault["each"]] == [False, False]  # alone, neither was sure
+    assert fault["result"]["conclusive"] is True
+    assert fault["result"]["samples"] == sum(e["samples"] for e in fault["each"])
+    for name in ("index.html", "summary.md"):
+        assert (repeated.parent / name).exists()
+    # The gate's JUnit case carries the check judged over both runs.
+    root = ET.parse(tmp_path / "gate" / "junit.xml").getroot()
+    drill = next(s for s in root if s.get("name") == "drill:tiny")
+    assert drill.get("failures") == "0"
+    assert not [s for s in root if s.get("name") == "gate:inconclusive"]
+    assert stack.toxics() == []
 
 
 @pytest.mark.stack

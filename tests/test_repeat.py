@@ -1,9 +1,8 @@
 """A drill's repetitions judged together (``drills.engine.repeat``): made-up runs for the
-pooling, the real stack for ``drills run --repeat`` (``tests/test_drill_run.py`` style)."""
+pooling (the real stack: ``tests/test_gate.py``, a gate that reruns an unsure drill)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from drills.checks import Evaluation, evaluate
 from drills.engine.repeat import pool, pooled_evaluation
 from drills.model.journal import FaultRecord
 from drills.model.records import Record
-from tests.conftest import RunningStack, drills_cli, isolated_env
+from tests.conftest import drills_cli, isolated_env
 from tests.helpers import made_up_scenario
 
 T0 = 1_800_000_000.0
@@ -129,70 +128,3 @@ def test_a_repeat_that_cannot_be_is_refused_before_anything_runs(
     assert out.returncode == 2, out.stdout + out.stderr
     assert message in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
-
-
-def _tiny(tmp_path: Path) -> Path:
-    """A short drill for the real stack: 1 user, 4 s of baseline, 4 s with vllm-0 slowed."""
-    path = tmp_path / "tiny.yaml"
-    path.write_text(
-        """\
-drill: tiny-repeat
-title: Two short runs, judged together
-stack: sound
-load: {users: 1, prompts: ["Say hello."], max_tokens: 4, warmup: 2s, wait: 0.2s, timeout: 30s}
-phases:
-  - {name: baseline, duration: 4s}
-  - name: fault
-    duration: 4s
-    inject:
-      - {kind: toxiproxy.latency, target: vllm-0, latency: 50ms}
-expect:
-  - {check: error_rate, below: 0.5}
-  - {check: e2e.p90, during: fault, below: 20s}
-  - {check: recovered_within, below: 30s}
-"""
-    )
-    return path
-
-
-@pytest.mark.stack
-def test_repeat_runs_the_drill_twice_on_the_stack_and_pools_its_requests(
-    stack: RunningStack, tmp_path: Path
-) -> None:
-    out = subprocess.run(
-        drills_cli(
-            "run",
-            str(_tiny(tmp_path)),
-            "--repeat",
-            "2",
-            *stack.attach_args(),
-            "--out",
-            str(tmp_path / "runs"),
-        ),
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        timeout=600,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert out.stdout.strip().splitlines()[-1].startswith("report: ")
-    [folder] = (tmp_path / "runs").glob("tiny-repeat-repeat-*")
-    rep = json.loads((folder / "repeat.json").read_text())
-    assert rep["verdict"] == "passed" and len(rep["runs"]) == 2
-    assert rep["stopped"] == "all 2 repetitions ran"
-    journals = [json.loads((Path(r["run_dir"]) / "journal.json").read_text()) for r in rep["runs"]]
-    assert all(j["status"] == "completed" for j in journals)
-    # Each run reverted its fault before the next began.
-    assert journals[0]["faults"][0]["reverted_at"] < journals[1]["started_at"]
-    checks = {c["label"]: c for c in rep["checks"]}
-    rate = checks["error_rate"]
-    assert rate["how"] == "pooled"
-    assert rate["result"]["samples"] == sum(c["samples"] for c in rate["each"]) > 0
-    recovered = checks["recovered_within"]
-    assert (
-        recovered["how"] == "every" and recovered["result"]["observed_text"] == "passed in 2 of 2"
-    )
-    html = (folder / "index.html").read_text()
-    assert "run 2" in html and all(r["run_id"] in html for r in rep["runs"])
-    assert "| error_rate | pooled | passed |" in (folder / "summary.md").read_text()

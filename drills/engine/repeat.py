@@ -4,8 +4,9 @@ One run's verdict is one sample on a noisy machine: ``fallback_rate`` of 24 in 2
 bound of 0.8, but its interval reaches below it, and the next run may fail. ``drills run DRILL
 --repeat N`` runs the drill N times, one after another, on the same stack (kept up between
 them; each repetition is a whole run: it reverts its faults and writes its own journal and
-reports). ``--until-conclusive MAX`` repeats until every pooled check is conclusive, at most
-MAX times.
+reports). ``--until-conclusive MAX`` repeats until every check is conclusive (one run is
+enough when it already is), at most MAX times; ``drills gate --inconclusive rerun`` runs its
+drills so.
 
 How a check is judged over the repetitions:
 
@@ -141,9 +142,9 @@ def repeat(
     until_conclusive: bool,
     after_each: Callable[[int, Journal], None] = lambda _i, _j: None,
 ) -> Repetitions:
-    """Run the drill up to ``times`` times (``until_conclusive``: stop once every pooled
-    check is conclusive, after two at least); stop early when a run did not complete or left
-    a fault in force. ``after_each(i, journal)`` is told of each run as it ends."""
+    """Run the drill up to ``times`` times (``until_conclusive``: stop once every check is
+    conclusive, after the first run if it already is); stop early when a run did not complete
+    or left a fault in force. ``after_each(i, journal)`` is told of each run as it ends."""
     journals: list[Journal] = []
     evaluations: list[Evaluation] = []
     checks: list[PooledCheck] = []
@@ -162,8 +163,8 @@ def repeat(
         if journal.status != RunStatus.COMPLETED:
             stopped = f"run {i} did not complete ({journal.status}): no further repetition"
             break
-        if until_conclusive and i >= 2 and _conclusive(checks):
-            stopped = f"every pooled check was conclusive after {i} repetitions"
+        if until_conclusive and _conclusive(checks):
+            stopped = f"every check was conclusive after {i} run(s)"
             break
     else:
         if until_conclusive:
