@@ -145,8 +145,8 @@ def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
 ) -> None:
     """The same unsure check (no error among at most 8 requests, at 99.9%): with
     --inconclusive rerun the gate runs the tiny drill again on the same stack, judges the
-    error rate on the requests of both runs together (no error among at most 16: Wilson's
-    upper bound 0.40 at 99.9%, below 0.5), and passes, sure; the JUnit file and the
+    error rate on the requests of its runs together (no error among 12 or more: Wilson's
+    upper bound 0.47 at 99.9%, below 0.5), and passes, sure; the JUnit file and the
     repetitions' report say what it decided on."""
     result = subprocess.run(
         drills_cli(
@@ -158,7 +158,7 @@ def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
             "--inconclusive",
             "rerun",
             "--rerun-max",
-            "3",
+            "4",
             "--out",
             str(tmp_path / "gate"),
         ),
@@ -171,13 +171,16 @@ def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
     assert "PASSED" in result.stdout and "UNSURE" not in result.stdout, result.stdout
     [repeated] = (tmp_path / "gate" / "runs").glob("*/tiny-repeat-*/repeat.json")
     rep = json.loads(repeated.read_text())
-    assert len(rep["runs"]) == 2, rep["stopped"]
-    assert rep["stopped"] == "every check was conclusive after 2 run(s)"
+    # Each run judges 4 to 8 requests a phase, by how fast the machine answers (5 on the
+    # 2-core development machine: 3 runs, 0 errors in 16, 99.9% CI 0.000 to 0.404).
+    runs = len(rep["runs"])
+    assert 2 <= runs <= 4, rep["stopped"]
+    assert rep["stopped"] == f"every check was conclusive after {runs} run(s)"
     assert rep["verdict"] == "passed" and rep["conclusive"]
     by_label = {c["label"]: c for c in rep["checks"]}
     fault = by_label["error_rate during fault"]
     assert fault["how"] == "pooled"
-    assert [e["conclusive"] for e in fault["each"]] == [False, False]  # alone, neither was sure
+    assert [e["conclusive"] for e in fault["each"]] == [False] * runs  # alone, none was sure
     assert fault["result"]["conclusive"] is True
     assert fault["result"]["samples"] == sum(e["samples"] for e in fault["each"])
     for name in ("index.html", "summary.md"):
