@@ -189,32 +189,30 @@ def run_gate(
         log = drill_out / "drill.log"
         started = time.monotonic()
         code = _child([*command, *extra], log, say if concurrency == 1 else None)
-        run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
-        journal = load_journal(run_dirs[-1]) if run_dirs else None
-        repeated = sorted(drill_out.glob("*/repeat.json"))
-        if journal is not None and repeated and not twin:
-            journal = _over_the_runs(
-                journal, Repetitions.model_validate_json(repeated[-1].read_text())
-            )
+        run_dir, journal = _read_back(drill_out, twin)
         verdict = _verdict(journal, twin, inconclusive)
         say(
             f"[gate] {name}: {verdict} after {time.monotonic() - started:.0f}s"
             + ("" if journal else f" (no journal; exit code {code}; see {log})")
         )
-        return GateResult(
-            path,
-            scenario.drill,
-            verdict,
-            run_dirs[-1] if run_dirs else None,
-            journal,
-            code,
-            log,
-            twin,
-        )
+        return GateResult(path, scenario.drill, verdict, run_dir, journal, code, log, twin)
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(one, i, p, s, t) for i, (p, s, t) in enumerate(jobs)]
         return [f.result() for f in futures]
+
+
+def _read_back(drill_out: Path, twin: str | None) -> tuple[Path | None, Journal | None]:
+    """The last run's folder and journal under ``drill_out`` (``None``: it left none); after
+    repetitions (``--inconclusive rerun``), the journal judged over every run."""
+    run_dirs = sorted(p.parent for p in drill_out.glob("*/journal.json"))
+    if not run_dirs:
+        return None, None
+    journal = load_journal(run_dirs[-1])
+    repeated = sorted(drill_out.glob("*/repeat.json"))
+    if repeated and not twin:
+        journal = _over_the_runs(journal, Repetitions.model_validate_json(repeated[-1].read_text()))
+    return run_dirs[-1], journal
 
 
 def _over_the_runs(journal: Journal, rep: Repetitions) -> Journal:
