@@ -229,3 +229,22 @@ def assert_ended_at_replacement(journal: dict[str, Any], ready_at: float) -> Non
     assert abs(following["start"] - fault["end"]) < 0.01, (fault, following)
     ended = [e for e in journal["timeline"] if e["event"] == "phase_end" and e["phase"] == "fault"]
     assert ended and ended[0]["until"] == "replaced" and ended[0]["cut_s"] > 0, ended
+
+
+def made_up_record(
+    start: float, e2e: float = 0.5, status: int = 200, fallback: bool = False
+) -> Any:
+    """A made-up request sent at ``start`` (epoch seconds) and answered in ``e2e`` (its first
+    token half-way), for the checks' unit tests; a status other than 200 is an error."""
+    from drills.model.records import Record
+
+    return Record(
+        start=start,
+        ttft=e2e / 2,
+        itl=[0.05],
+        e2e=e2e,
+        status=status,
+        error=None if status == 200 else "HTTP 502",
+        fallback=fallback,
+        trace_id="t",
+    )

@@ -11,7 +11,7 @@ from drills.model.expect import Check
 from drills.model.journal import FaultRecord, Probe
 from drills.model.records import Record
 from drills.model.scenario import Scenario
-from tests.helpers import made_up_scenario
+from tests.helpers import made_up_record, made_up_scenario
 
 T0 = 1_800_000_000.0
 
@@ -23,16 +23,7 @@ def scenario(*checks: dict[str, Any]) -> Scenario:
 
 
 def rec(at: float, e2e: float = 0.5, status: int = 200, fallback: bool = False) -> Record:
-    return Record(
-        start=T0 + at,
-        ttft=e2e / 2,
-        itl=[0.05],
-        e2e=e2e,
-        status=status,
-        error=None if status == 200 else "HTTP 502",
-        fallback=fallback,
-        trace_id="t",
-    )
+    return made_up_record(T0 + at, e2e, status, fallback)
 
 
 def fault(**kw: Any) -> FaultRecord:

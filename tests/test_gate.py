@@ -139,6 +139,31 @@ def test_a_gates_children_are_attached_as_the_gate_was(tmp_path: Path) -> None:
     assert args == ["--gateway", "http://gw:4000", "--prometheus", "http://prom:9090"]
 
 
+def unsure_tiny_gate(
+    stack: RunningStack, tmp_path: Path, policy: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The gate on the tiny drill at 99.9%, where its few requests a phase leave its checks
+    unsure, with ``--inconclusive policy``."""
+    return subprocess.run(
+        drills_cli(
+            "gate",
+            str(TINY),
+            *stack.attach_args(),
+            "--confidence",
+            "0.999",
+            "--inconclusive",
+            policy,
+            *extra,
+            "--out",
+            str(tmp_path / "gate"),
+        ),
+        capture_output=True,
+        text=True,
+        env=isolated_env(tmp_path),
+        timeout=600,
+    )
+
+
 @pytest.mark.stack
 def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
     stack: RunningStack, toxi: object, tmp_path: Path
@@ -148,25 +173,7 @@ def test_a_gate_that_reruns_an_unsure_drill_judges_it_over_its_runs(
     error rate on the requests of its runs together (no error among 12 or more: Wilson's
     upper bound 0.47 at 99.9%, below 0.5), and passes, sure; the JUnit file and the
     repetitions' report say what it decided on."""
-    result = subprocess.run(
-        drills_cli(
-            "gate",
-            str(TINY),
-            *stack.attach_args(),
-            "--confidence",
-            "0.999",
-            "--inconclusive",
-            "rerun",
-            "--rerun-max",
-            "4",
-            "--out",
-            str(tmp_path / "gate"),
-        ),
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        timeout=600,
-    )
+    result = unsure_tiny_gate(stack, tmp_path, "rerun", "--rerun-max", "4")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "PASSED" in result.stdout and "UNSURE" not in result.stdout, result.stdout
     [repeated] = (tmp_path / "gate" / "runs").glob("*/tiny-repeat-*/repeat.json")
@@ -201,23 +208,7 @@ def test_a_gate_that_must_be_sure_fails_on_a_check_that_passed_by_luck(
     'below 0.5' at 95% (Wilson's upper bound 0.32 at 8), not at 99.9% (0.58). With
     --inconclusive fail the gate fails on it, names the check and its interval, and says so
     in JUnit; each check still passed as observed."""
-    result = subprocess.run(
-        drills_cli(
-            "gate",
-            str(TINY),
-            *stack.attach_args(),
-            "--confidence",
-            "0.999",
-            "--inconclusive",
-            "fail",
-            "--out",
-            str(tmp_path / "gate"),
-        ),
-        capture_output=True,
-        text=True,
-        env=isolated_env(tmp_path),
-        timeout=600,
-    )
+    result = unsure_tiny_gate(stack, tmp_path, "fail")
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
     assert "INCONCLUSIVE tiny" in out, out

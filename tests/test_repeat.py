@@ -11,9 +11,8 @@ import pytest
 from drills.checks import Evaluation, evaluate
 from drills.engine.repeat import pool, pooled_evaluation
 from drills.model.journal import FaultRecord
-from drills.model.records import Record
 from tests.conftest import drills_cli, isolated_env
-from tests.helpers import made_up_scenario
+from tests.helpers import made_up_record, made_up_scenario
 
 T0 = 1_800_000_000.0
 LATER = T0 + 3_600.0  # the second repetition, an hour on
@@ -30,17 +29,8 @@ def run_of(origin: float, fallbacks: int, answered: int, e2e: float) -> Evaluati
             {"check": "throughput", "during": "fault", "above": 0.9},
         ],
     )
-    records = [
-        Record(start=origin + i * 2, ttft=0.1, e2e=0.3, status=200, trace_id="t") for i in range(5)
-    ] + [
-        Record(
-            start=origin + 10 + i * (10 / answered),
-            ttft=e2e / 2,
-            e2e=e2e,
-            status=200,
-            fallback=i < fallbacks,
-            trace_id="t",
-        )
+    records = [made_up_record(origin + i * 2, 0.3) for i in range(5)] + [
+        made_up_record(origin + 10 + i * (10 / answered), e2e, fallback=i < fallbacks)
         for i in range(answered)
     ]
     fault = FaultRecord.model_validate(
